@@ -1,0 +1,44 @@
+# labkit — one entry point.  `make lab` to learn, `make test` to check.
+#
+# Everything lives in a virtual environment in .venv (created on first use).
+# TORCH picks the PyTorch build: the default pin is a CPU-friendly release; on a
+# machine with an NVIDIA GPU use `make lab TORCH=torch` (PyPI's CUDA build), or
+# install the wheel pytorch.org recommends for your CUDA into .venv first.
+
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.labkit-installed
+
+.PHONY: lab test install unit nbval notebooks bench doctor clean
+
+lab: install  ## install everything, open JupyterLab on notebooks/ (localhost, token on)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks
+
+test: install  ## install everything, run the unit tests and nbval over every notebook
+	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --disable-pip-version-check -q "$(TORCH)"
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[all,test]"
+	touch $@
+
+unit: install  ## unit tests only
+	$(BIN)/python -m pytest tests
+
+nbval: install  ## notebooks only
+	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+
+notebooks: install  ## re-execute every notebook top to bottom and store its outputs
+	$(BIN)/python scripts/execute_notebooks.py notebooks/*.ipynb
+
+doctor: install
+	$(BIN)/labkit doctor
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,17 @@
+"""labkit: a course and lab environment on mixed precision training.
+
+The public surface is small and curated:
+
+>>> import labkit.formats as lf
+>>> lf.get("bf16").mantissa_bits
+7
+
+Framework code (torch, jax, tensorflow) is imported lazily, inside the parts that
+need it, so ``import labkit`` needs only numpy, ml_dtypes and matplotlib.
+"""
+
+__version__ = "0.1.0"
+
+from labkit import formats
+
+__all__ = ["__version__", "formats"]

@@ -1,0 +1,248 @@
+"""Bit patterns <-> values, with the rounding a real conversion does.
+
+The algorithm, for a format with E exponent bits, M mantissa bits and bias B:
+
+    decode(s, e, m):
+        e == 0           -> (-1)^s * m * 2^(1 - B - M)          zero or subnormal
+        e == 2^E - 1     -> inf (m == 0) or NaN                 IEEE formats
+        otherwise        -> (-1)^s * (2^M + m) * 2^(e - B - M)   normal
+
+    encode(x):                                   round to nearest, ties to even
+        k = exponent of |x| (|x| = 1.f * 2^k), clamped below at emin = 1 - B
+        q = 2^(k - M)                            the spacing of values near |x|
+        y = rint(|x| / q) * q                    exact in float64; rint is ties-to-even
+        y > max  -> inf (fp16, bf16, fp8_e5m2, ...) or NaN (fp8_e4m3: no inf)
+        else pack y's sign, exponent and mantissa fields
+
+Conversions follow ml_dtypes' ``astype`` bit for bit, including two details worth
+knowing: ml_dtypes converts float64 to bf16 and fp8 *through float32* (so two roundings
+happen; numpy's float64 -> float16 rounds once), and fp8_e4m3 has no infinity, so an
+overflow -- or an infinite input -- becomes NaN rather than saturating at 448.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_KIND_MSG = "real numbers (a float, an int, or a numpy array of them)"
+
+
+# -- helpers ---------------------------------------------------------------------------
+def _values(x) -> tuple[np.ndarray, np.ndarray, bool]:
+    """x as an array, the same as float64 (exact), and whether x was a scalar."""
+    if isinstance(x, (str, bytes)) or isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"expected {_KIND_MSG}, got {type(x).__name__} {x!r}")
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"expected {_KIND_MSG}, got {type(x).__name__}") from exc
+    if arr.dtype.kind in "iuf":
+        pass
+    elif arr.dtype.kind == "V" and arr.dtype.itemsize <= 2:  # ml_dtypes: bfloat16, float8_*
+        arr = arr.astype(np.float32)
+    else:
+        raise TypeError(f"expected {_KIND_MSG}, got an array of dtype {arr.dtype}")
+    # A signalling NaN raises the CPU's "invalid" flag as it is widened; that is expected.
+    with np.errstate(invalid="ignore"):
+        x64 = arr.astype(np.float64)
+    return arr, x64, arr.ndim == 0
+
+
+def _patterns(fmt, bits) -> tuple[np.ndarray, bool]:
+    """bits as a uint64 array, checked against the format's width."""
+    if isinstance(bits, (bool, np.bool_)):
+        raise TypeError(f"a {fmt.name} bit pattern must be an integer, got bool")
+    arr = np.asarray(bits)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(
+            f"a {fmt.name} bit pattern must be an integer (e.g. {fmt.nan_bits:#x}) or an integer "
+            f"array, got {type(bits).__name__} of dtype {arr.dtype}; to convert a value use encode()"
+        )
+    top = (1 << fmt.bits) - 1
+    if arr.size and (arr.min() < 0 or int(arr.max()) > top):
+        bad = arr[(arr < 0) | (arr > top)].flat[0]
+        raise ValueError(
+            f"bit pattern {int(bad):#x} is out of range for {fmt.name}: "
+            f"a {fmt.bits}-bit pattern lies in 0x0 .. {top:#x}"
+        )
+    return arr.astype(np.uint64), arr.ndim == 0
+
+
+def _out(arr: np.ndarray, scalar: bool, pytype):
+    return pytype(arr[()]) if scalar else arr
+
+
+def split(fmt, bits):
+    """(sign, biased exponent, mantissa) fields of bit pattern(s)."""
+    b, scalar = _patterns(fmt, bits)
+    m = fmt.mantissa_bits
+    sign = b >> np.uint64(fmt.bits - 1)
+    exp = (b >> np.uint64(m)) & np.uint64((1 << fmt.exponent_bits) - 1)
+    man = b & np.uint64((1 << m) - 1)
+    if scalar:
+        return int(sign), int(exp), int(man)
+    return sign.astype(np.int64), exp.astype(np.int64), man.astype(np.int64)
+
+
+def canonical_nan(fmt) -> int:
+    """The NaN a conversion produces: quiet bit set (fp8_e4m3: all mantissa bits set)."""
+    exp_ones = ((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits
+    if not fmt.has_inf:
+        return exp_ones | ((1 << fmt.mantissa_bits) - 1)
+    return exp_ones | (1 << (fmt.mantissa_bits - 1))
+
+
+def _nan_patterns(fmt, src: np.ndarray) -> np.ndarray:
+    """NaN bit patterns (without sign) for NaN inputs `src`, as the real conversion gives.
+
+    numpy's float -> float16 keeps the top 10 payload bits (and makes sure the result is
+    still a NaN); the CPU's float64 -> float32 keeps the top 22 payload bits and sets
+    the quiet bit (so does tf32 here); Eigen/ml_dtypes' bf16 and fp8 give a canonical NaN.
+    """
+    canon = np.full(src.shape, canonical_nan(fmt), np.uint64)
+    if fmt.name not in ("fp16", "fp32", "tf32"):
+        return canon
+    if src.dtype == np.float32:
+        payload, width = src.view(np.uint32).astype(np.uint64) & np.uint64(0x7FFFFF), 23
+    else:
+        payload = src.astype(np.float64).view(np.uint64) & np.uint64((1 << 52) - 1)
+        width = 52
+    top = payload >> np.uint64(width - fmt.mantissa_bits)
+    exp_ones = np.uint64(((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits)
+    if fmt.name == "fp16":
+        return exp_ones | np.where(top == 0, np.uint64(1), top)
+    if fmt.name == "fp32" and src.dtype == np.float32:
+        return exp_ones | top  # no conversion happens: the pattern is kept as it is
+    return exp_ones | top | np.uint64(1 << (fmt.mantissa_bits - 1))
+
+
+# -- the two conversions ---------------------------------------------------------------
+def encode(fmt, x):
+    """Value(s) -> bit pattern(s) of `fmt`, rounding to nearest, ties to even."""
+    src, x64, scalar = _values(x)
+    if fmt.via_float32:
+        with np.errstate(over="ignore", invalid="ignore"):
+            x64 = x64.astype(np.float32).astype(np.float64)
+    m = fmt.mantissa_bits
+    a = np.abs(x64)
+    finite = np.isfinite(a)
+    a_f = np.where(finite, a, 0.0)
+
+    # Round |x| to a multiple of the spacing q of the binade it falls in.
+    k = np.frexp(a_f)[1] - 1
+    q_exp = np.maximum(k, fmt.emin) - m
+    y = np.rint(np.ldexp(a_f, -q_exp))  # an integer count of q's: exact
+    y = np.ldexp(y, q_exp)
+
+    overflow = y > fmt.max
+    ok = finite & ~overflow
+    normal = ok & (y >= fmt.smallest_normal)
+    ky = np.frexp(np.where(normal, y, 1.0))[1] - 1
+    mant_normal = np.ldexp(np.where(normal, y, 1.0), m - ky) - (1 << m)
+    exp_field = (ky + fmt.bias).astype(np.int64)
+    mag = np.where(
+        normal,
+        (exp_field << m) | mant_normal.astype(np.int64),
+        np.rint(np.where(ok & ~normal, y, 0.0) / fmt.smallest_subnormal).astype(np.int64),
+    ).astype(np.uint64)
+
+    exp_ones = np.uint64(((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits)
+    big = (overflow & finite) | np.isinf(a)
+    mag = np.where(big, exp_ones if fmt.has_inf else np.uint64(canonical_nan(fmt)), mag)
+    nan = np.isnan(x64)
+    if nan.any():
+        mag = np.where(nan, _nan_patterns(fmt, np.where(nan, src, 0).astype(src.dtype)), mag)
+
+    sign = np.signbit(x64).astype(np.uint64) << np.uint64(fmt.bits - 1)
+    out = (sign | mag).astype(fmt.uint_dtype)
+    return _out(out, scalar, int)
+
+
+def decode(fmt, bits):
+    """Bit pattern(s) of `fmt` -> float64 value(s)."""
+    sign, exp, man = (np.asarray(f, np.int64) for f in split(fmt, bits))
+    scalar = np.ndim(bits) == 0
+    m = fmt.mantissa_bits
+    top = (1 << fmt.exponent_bits) - 1
+    subnormal = exp == 0
+    value = np.ldexp(
+        np.where(subnormal, man, man + (1 << m)).astype(np.float64),
+        np.where(subnormal, 1, exp) - fmt.bias - m,
+    )
+    if fmt.has_inf:
+        special = exp == top
+        value = np.where(special, np.where(man == 0, np.inf, np.nan), value)
+    else:
+        value = np.where((exp == top) & (man == (1 << m) - 1), np.nan, value)
+    value = np.where(sign == 1, -value, value)
+    return _out(value, scalar, float)
+
+
+# -- what the patterns mean --------------------------------------------------------------
+def classify_bits(fmt, bits):
+    """"zero" | "subnormal" | "normal" | "inf" | "nan" for bit pattern(s)."""
+    sign, exp, man = (np.asarray(f, np.int64) for f in split(fmt, bits))
+    scalar = np.ndim(bits) == 0
+    value = np.asarray(decode(fmt, bits))
+    kind = np.where(
+        np.isnan(value), "nan",
+        np.where(np.isinf(value), "inf",
+                 np.where(exp == 0, np.where(man == 0, "zero", "subnormal"), "normal")),
+    )
+    return _out(kind, scalar, str)
+
+
+def bitstring(fmt, bits: int, sep: str = " ") -> str:
+    """'0 01111 0000000000': the sign, exponent and mantissa fields of one pattern."""
+    s, e, m = split(fmt, int(bits))
+    return sep.join((str(s), format(e, f"0{fmt.exponent_bits}b"), format(m, f"0{fmt.mantissa_bits}b")))
+
+
+# -- neighbours, spacing, error ----------------------------------------------------------
+def _key(fmt, bits: np.ndarray) -> np.ndarray:
+    """Order-preserving integer for each pattern: negative patterns count down from -0."""
+    b = bits.astype(np.int64)
+    signbit = 1 << (fmt.bits - 1)
+    return np.where(b & signbit, -(b & (signbit - 1)), b)
+
+
+def _unkey(fmt, key: np.ndarray) -> np.ndarray:
+    signbit = 1 << (fmt.bits - 1)
+    return np.where(key < 0, signbit | -key, key).astype(np.uint64)
+
+
+def step(fmt, x, direction: int):
+    """The nearest value of `fmt` strictly above (direction=+1) or below (-1) x."""
+    _, x64, scalar = _values(x)
+    y_bits = np.asarray(encode(fmt, x64), np.uint64)
+    y = np.asarray(decode(fmt, y_bits))
+    beyond = (y > x64) if direction > 0 else (y < x64)
+    key = _key(fmt, y_bits)  # +0 and -0 both have key 0
+    nxt = _key_decode(fmt, np.clip(key + direction, -(1 << (fmt.bits - 1)) + 1, (1 << (fmt.bits - 1)) - 1))
+    out = np.where(np.isnan(x64) | np.isnan(y), np.nan, np.where(beyond, y, nxt))
+    return _out(out, scalar, float)
+
+
+def _key_decode(fmt, key):
+    return np.asarray(decode(fmt, _unkey(fmt, key)))
+
+
+def ulp(fmt, x):
+    """Spacing of `fmt` at round(x): 2^(max(e, emin) - M); NaN where round(x) is inf/NaN."""
+    _, x64, scalar = _values(x)
+    y = np.abs(np.asarray(decode(fmt, np.asarray(encode(fmt, x64), np.uint64))))
+    finite = np.isfinite(y)
+    k = np.frexp(np.where(finite & (y > 0), y, fmt.smallest_normal))[1] - 1
+    out = np.ldexp(1.0, np.maximum(k, fmt.emin) - fmt.mantissa_bits)
+    return _out(np.where(finite, out, np.nan), scalar, float)
+
+
+def rel_error(fmt, x):
+    """|round(x) - x| / |x| (0 where x == 0; inf where x overflows to inf)."""
+    _, x64, scalar = _values(x)
+    y = np.asarray(decode(fmt, np.asarray(encode(fmt, x64), np.uint64)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.abs(y - x64) / np.abs(x64)
+    err = np.where(x64 == 0, 0.0, err)
+    err = np.where(np.isinf(y) & np.isfinite(x64), np.inf, err)
+    return _out(err, scalar, float)

@@ -1,0 +1,84 @@
+"""Tables that render as text in a terminal and as HTML in a notebook.
+
+`comparison_table()` regenerates the seeds' "FP32 vs FP16 vs BF16" tables from the
+formats themselves, so no number in it is typed by hand.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+from labkit.formats.spec import FORMATS, get
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of strings with a header; `print()` it or let Jupyter render it."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    title: str = ""
+
+    def __post_init__(self):
+        for row in self.rows:
+            if len(row) != len(self.columns):
+                raise ValueError(f"row {row!r} has {len(row)} cells; the header has {len(self.columns)}")
+
+    def column(self, name: str) -> list[str]:
+        if name not in self.columns:
+            raise ValueError(f"no column {name!r}; columns are {', '.join(self.columns)}")
+        i = self.columns.index(name)
+        return [row[i] for row in self.rows]
+
+    def __str__(self) -> str:
+        widths = [max(len(c), *(len(r[i]) for r in self.rows)) for i, c in enumerate(self.columns)]
+        line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+        out = [self.title] if self.title else []
+        out += [line(self.columns), line("-" * w for w in widths)]
+        out += [line(r) for r in self.rows]
+        return "\n".join(out)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        head = "".join(f"<th>{esc(c)}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in self.rows)
+        caption = f"<caption>{esc(self.title)}</caption>" if self.title else ""
+        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def loss_scaling_need(fmt) -> str:
+    """Does training in this format usually need its gradients scaled? From its range."""
+    f = get(fmt)
+    fp32 = FORMATS["fp32"]
+    if f.exponent_bits >= fp32.exponent_bits:
+        return "no (fp32's exponent range)"
+    if f.bits <= 8:
+        return "yes: a scale per tensor"
+    return "usually (dynamic loss scaling)"
+
+
+def comparison_table(names=None) -> Table:
+    """Layout, range and precision of each format, computed from FloatFormat."""
+    names = list(names) if names is not None else list(FORMATS)
+    rows = []
+    for name in names:
+        f = get(name)
+        rows.append((
+            f.name,
+            str(f.bits),
+            str(f.exponent_bits),
+            str(f.mantissa_bits),
+            f"{f.max:.5g}",
+            f"{f.smallest_normal:.3g}",
+            f"{f.smallest_subnormal:.3g}",
+            f"{f.eps:.3g}",
+            f"{f.decimal_digits:.1f}",
+            "none (a matmul mode)" if f.dtype is None else f"{f.dtype.itemsize} byte" + "s" * (f.dtype.itemsize > 1),
+            loss_scaling_need(f),
+        ))
+    columns = ("format", "bits", "exponent", "mantissa", "max", "smallest normal",
+               "smallest subnormal", "eps", "decimal digits", "storage", "needs loss scaling?")
+    return Table(columns, tuple(rows), "Floating-point formats, computed from their bit layouts")

@@ -1,0 +1,74 @@
+"""The install story: pyproject, environment.yml, the README's two commands and CI agree."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_NAMES = {"torch": "pytorch"}  # conda-forge calls a few packages differently
+
+
+def requirement_map(reqs):
+    out = {}
+    for req in reqs:
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)(\[[^\]]*\])?\s*(.*)", req.strip())
+        name = m.group(1).lower().replace("_", "-")
+        if name != "labkit":
+            out[name] = m.group(3).replace(" ", "")
+    return out
+
+
+def pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_environment_yml_lists_every_pyproject_requirement_with_the_same_bounds():
+    project = pyproject()["project"]
+    wanted = requirement_map(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted.update(requirement_map(extra))
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    have = requirement_map([d for d in conda if not d.startswith(("python", "pip"))])
+    have.update(requirement_map([d for d in pip if not d.startswith("-e")]))
+    have = {({v: k for k, v in CONDA_NAMES.items()}).get(k, k): v for k, v in have.items()}
+    assert have == wanted
+    assert "-e ." in pip  # and labkit itself
+
+
+def test_all_extra_covers_every_framework_and_the_lab():
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert set(extras) >= {"torch", "jax", "tf", "lab", "test", "all"}
+    assert re.search(r"labkit\[torch,jax,tf,lab\]", " ".join(extras["all"]))
+
+
+def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
+    readme = (ROOT / "README.md").read_text()
+    first_block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in first_block.strip().splitlines()]
+    assert commands == ["make lab", "make test"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.M)
+
+
+def test_lab_command_listens_on_localhost_and_keeps_the_token():
+    makefile = (ROOT / "Makefile").read_text()
+    lab = re.search(r"^lab:.*\n\t(.*)$", makefile, re.M).group(1)
+    assert "--ServerApp.ip=127.0.0.1" in lab
+    assert "token" not in lab.lower() and "password" not in lab.lower()
+    assert "allow_origin" not in lab and "0.0.0.0" not in makefile
+
+
+def test_the_core_imports_no_framework():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, labkit, labkit.formats\n"
+        "heavy = {'torch', 'jax', 'tensorflow', 'keras', 'flax'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
