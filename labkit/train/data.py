@@ -6,7 +6,7 @@ download. ``synthetic`` has the same shapes with random content, for throughput 
 
 >>> data = load("digits", seed=0)
 >>> data.x_train.shape, data.x_train.dtype, data.n_classes
-((1437, 64), dtype('float32'), 10)
+((1438, 64), dtype('float32'), 10)
 >>> xb, yb = next(batches(data, batch_size=32, seed=0))
 >>> xb.shape, yb.shape
 ((32, 64), (32,))
