@@ -10,11 +10,13 @@ VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.labkit-installed
+# Jupyter refuses to run as root unless told; containers and CI often are root.
+ROOT_OK := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 
 .PHONY: lab test install unit nbval notebooks bench doctor clean
 
 lab: install  ## install everything, open JupyterLab on notebooks/ (localhost, token on)
-	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_OK)
 
 test: install  ## install everything, run the unit tests and nbval over every notebook
 	$(BIN)/python -m pytest tests
