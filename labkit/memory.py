@@ -1,0 +1,144 @@
+"""Where training memory goes: model states (counted as the ZeRO paper does) and activations.
+
+Model states, in bytes per parameter (Rajbhandari et al. 2020, "ZeRO", section 3.1):
+
+==============  =======  ==============  =========  =================  =====
+precision       weights  master weights  gradients  Adam (m, v)        total
+==============  =======  ==============  =========  =================  =====
+``fp32``        4        0               4          4 + 4              16
+``mixed``       2        4               2          4 + 4              16
+``autocast``    4        0               4          4 + 4              16
+``bf16-pure``   2        0               2          2 + 2              8
+==============  =======  ==============  =========  =================  =====
+
+``mixed`` is the ZeRO/Megatron/DeepSpeed layout: fp16/bf16 weights and gradients, an fp32
+master copy. ``autocast`` is what ``torch.amp.autocast`` and Keras' ``mixed_*`` policies
+do: the variables stay fp32 and each op casts its inputs on the fly (those casts are
+transient, and show up with the activations). Either way, mixed precision Adam costs as
+much model-state memory as fp32 Adam: **the saving comes from the activations**, which
+are stored in 16 bits. Seed 004's `seed004_memory_analysis` gets this wrong; see its docstring.
+
+>>> model_state_bytes(1_000_000, "mixed", "adam")["total"]
+16000000
+>>> model_state_bytes(1_000_000, "fp32", "adam")["total"]
+16000000
+"""
+
+from __future__ import annotations
+
+import numbers
+
+PRECISIONS = ("fp32", "mixed", "autocast", "bf16-pure")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+_STATES_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2}
+# bytes per parameter: (weights, master weights, gradients, one optimizer state)
+_LAYOUT = {"fp32": (4, 0, 4, 4), "mixed": (2, 4, 2, 4), "autocast": (4, 0, 4, 4), "bf16-pure": (2, 0, 2, 2)}
+
+
+def _check(precision: str, optimizer: str) -> None:
+    if precision not in _LAYOUT:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if optimizer not in _STATES_PER_PARAM:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+
+
+def model_state_bytes(n_params: int, precision: str = "mixed", optimizer: str = "adam") -> dict[str, int]:
+    """Bytes of weights, master weights, gradients and optimizer states for `n_params` parameters."""
+    if isinstance(n_params, bool) or not isinstance(n_params, numbers.Integral) or n_params < 0:
+        raise ValueError(f"n_params must be a whole number >= 0, got {n_params!r}")
+    _check(precision, optimizer)
+    w, master, g, state = _LAYOUT[precision]
+    out = {
+        "weights": w * n_params,
+        "master_weights": master * n_params,
+        "gradients": g * n_params,
+        "optimizer_states": state * _STATES_PER_PARAM[optimizer] * n_params,
+    }
+    out["total"] = sum(out.values())
+    return out
+
+
+def seed004_memory_analysis(model_size, use_mixed_precision=True):
+    """Seed 004's ``analyze_mixed_precision_memory``, verbatim in logic (returns GiB).
+
+    What is wrong with it:
+    - mixed precision: its 12 bytes of "optimizer" memory are ZeRO's K = 12 -- the fp32
+      master weights *and* Adam's m and v -- yet it also lists 4 bytes of master weights
+      (``主权重内存``) beside them: the master copy is counted twice (the entries add up
+      to 20 bytes/param, while its total says 16);
+    - fp32: it gives Adam 16 bytes/param of state, where m and v take 8, so its fp32
+      total is 24 bytes/param instead of 16;
+    - it has no activations at all, which is where mixed precision saves memory.
+    So it reports 16 vs 24 bytes/param, a 33% saving of model-state memory that does not
+    exist: ZeRO's count is 16 vs 16 (`model_state_bytes`).
+    """
+    if use_mixed_precision:
+        model_memory = model_size * 2
+        master_weights = model_size * 4
+        gradient_memory = model_size * 2
+        optimizer_memory = model_size * 12
+    else:
+        model_memory = model_size * 4
+        gradient_memory = model_size * 4
+        optimizer_memory = model_size * 16
+    return {
+        "模型内存": model_memory / 1024**3,
+        "主权重内存": master_weights / 1024**3 if use_mixed_precision else 0,
+        "梯度内存": gradient_memory / 1024**3,
+        "优化器内存": optimizer_memory / 1024**3,
+        "总内存": (model_memory + gradient_memory + optimizer_memory) / 1024**3,
+    }
+
+
+def activation_elements(model: str, batch_size: int, width: int | None = None) -> dict[str, int]:
+    """Elements autograd keeps for the backward pass of one step of a labkit model.
+
+    Counted per tensor that backward needs (a tensor shared by two ops counts once):
+    'compute' elements are stored in the compute dtype (2 bytes under bf16/fp16), 'fp32'
+    elements stay fp32 under autocast (softmax/log-softmax outputs, LayerNorm statistics,
+    the loss), 'index' elements are integer token ids (8 bytes in torch).
+    """
+    from labkit.train.models import DEFAULT_WIDTH, N_CLASSES, N_PIXELS, transformer_shape
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    b = batch_size
+    if model == "mlp":
+        w = width or DEFAULT_WIDTH["mlp"]
+        # input to dense1, ReLU outputs (also dense2's / out's inputs), log-softmax of the logits
+        return {"compute": b * (N_PIXELS + 2 * w), "fp32": b * N_CLASSES, "index": b}
+    if model == "transformer":
+        s = transformer_shape(width)
+        t, d, h = N_PIXELS, s.d_model, s.heads
+        per_block_compute = (
+            b * t * d  # LN1 output (qkv's input)
+            + b * t * 3 * d  # q, k, v
+            + b * t * d  # attention output (out-projection's input)
+            + b * t * d  # LN2 output (fc1's input)
+            + 2 * b * t * 4 * d  # fc1 output (GELU's input) and GELU output (fc2's input)
+        )
+        per_block_fp32 = (
+            2 * b * t * d  # LayerNorm inputs, kept fp32 by autocast
+            + 2 * 2 * b * t  # LayerNorm mean and rstd
+            + b * h * t * t  # attention probabilities (softmax output)
+        )
+        compute = s.layers * per_block_compute + b * d  # + the pooled features (head's input)
+        fp32 = s.layers * per_block_fp32 + b * d + 2 * b + b * N_CLASSES  # final LN, its stats, log-softmax
+        return {"compute": compute, "fp32": fp32, "index": b * t + b}
+    raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
+
+
+def activation_bytes(model: str, batch_size: int, precision: str, width: int | None = None) -> int:
+    """Modelled bytes saved for backward in one step, for a labkit.train precision.
+
+    fp32/tf32: every element 4 bytes; fp16/bf16 (autocast): 'compute' elements 2 bytes,
+    'fp32' elements 4; bf16-pure: all float elements 2 bytes. Token ids: 8 bytes.
+    """
+    from labkit.train.config import PRECISIONS as RUN_PRECISIONS
+
+    if precision not in RUN_PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(RUN_PRECISIONS)}")
+    n = activation_elements(model, batch_size, width)
+    compute_bytes = 4 if precision in ("fp32", "tf32") else 2
+    fp32_bytes = 2 if precision == "bf16-pure" else 4
+    return n["compute"] * compute_bytes + n["fp32"] * fp32_bytes + n["index"] * 8
