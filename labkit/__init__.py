@@ -12,6 +12,6 @@ need it, so ``import labkit`` needs only numpy, ml_dtypes and matplotlib.
 
 __version__ = "0.1.0"
 
-from labkit import formats
+from labkit import formats, hardware, memory
 
-__all__ = ["__version__", "formats"]
+__all__ = ["__version__", "formats", "hardware", "memory"]

@@ -1,0 +1,66 @@
+"""What hardware is here, what it can do in low precision, and which precision to train in.
+
+Two halves, kept apart so each can be tested on its own:
+
+* **Detection** (`detect`) gathers a plain description, a `HardwareReport`: the CPU and
+  its flags, the GPUs (name, compute capability), the TPUs, the versions, and what each
+  installed framework sees and will use by default.
+* **Advice** (`advise`) is a pure function of that description. It returns an `Advice`:
+  a precision (``"bf16"``, ``"fp16"`` or ``"fp32"``), whether loss scaling is needed, the
+  reason, and how to ask each framework for it.
+
+The rule: TPU -> bf16; NVIDIA Ampere or newer (compute capability >= 8.0) -> bf16; Volta
+and Turing (V100, T4) -> fp16 with loss scaling; older GPUs -> fp32; a CPU with AVX512-BF16,
+AMX or Arm BF16 -> bf16; any other CPU -> fp32.
+
+>>> from labkit import hardware
+>>> hardware.advise(hardware.example_report("T4")).headline
+'fp16 + loss scaling'
+>>> hardware.advise(hardware.example_report("A100")).headline
+'bf16'
+
+It replaces seed 004's ``select_precision`` table (kept as `seed_004_select_precision`),
+which gives the Ampere RTX 3090 fp16 and any GPU it does not list fp32.
+"""
+
+from labkit.hardware.advice import PRECISIONS, Advice, advise
+from labkit.hardware.detect import PACKAGES, detect, detect_cpu
+from labkit.hardware.examples import (
+    EXAMPLES, SEED_004_TABLE, advice_table, example_report, seed_004_comparison, seed_004_select_precision,
+)
+from labkit.hardware.parse import (
+    capability_from_name, parse_cpuinfo, parse_nvidia_smi, parse_sysctl, tpu_from_environment,
+)
+from labkit.hardware.report import (
+    FRAMEWORKS, KNOWN_GPUS, CPUInfo, FrameworkInfo, GPUInfo, HardwareReport, TPUInfo, parse_capability,
+)
+from labkit.hardware.text import format_report
+
+__all__ = [
+    "EXAMPLES",
+    "FRAMEWORKS",
+    "KNOWN_GPUS",
+    "PACKAGES",
+    "PRECISIONS",
+    "SEED_004_TABLE",
+    "Advice",
+    "CPUInfo",
+    "FrameworkInfo",
+    "GPUInfo",
+    "HardwareReport",
+    "TPUInfo",
+    "advice_table",
+    "advise",
+    "capability_from_name",
+    "detect",
+    "detect_cpu",
+    "example_report",
+    "format_report",
+    "parse_capability",
+    "parse_cpuinfo",
+    "parse_nvidia_smi",
+    "parse_sysctl",
+    "seed_004_comparison",
+    "seed_004_select_precision",
+    "tpu_from_environment",
+]

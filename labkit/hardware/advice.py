@@ -1,0 +1,196 @@
+"""Which precision to train in: a pure function of a `HardwareReport`.
+
+`advise()` reads nothing but the description it is given, so the same rule can be asked
+about a T4 on a laptop without a GPU (see `example_report`).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from labkit.hardware.report import CPUInfo, GPUInfo, HardwareReport
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+_RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
+
+
+def wrap(text: str, indent: str = "", width: int = 80) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Which precision to train in here, why, and how to ask each framework for it.
+
+    ``precision`` is ``"bf16"``, ``"fp16"`` or ``"fp32"``; ``loss_scaling`` says whether
+    gradients must be scaled (fp16 only); ``target`` is the device the advice is for;
+    ``frameworks`` maps ``"torch"``, ``"jax"``, ``"tensorflow"`` to how to apply it.
+    """
+
+    precision: str
+    loss_scaling: bool
+    reason: str
+    target: str
+    frameworks: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"Advice.precision must be one of {', '.join(PRECISIONS)}, "
+                             f"not {self.precision!r}")
+
+    @property
+    def headline(self) -> str:
+        """``"bf16"``, ``"fp16 + loss scaling"`` or ``"fp32"``."""
+        return self.precision + (" + loss scaling" if self.loss_scaling else "")
+
+    def __str__(self) -> str:
+        lines = [f"{self.headline}  (for {self.target})", *wrap(self.reason, "  ")]
+        lines += [line for name, how in self.frameworks.items() for line in wrap(f"{name}: {how}", "  ")]
+        lines += [line for note in self.notes for line in wrap("note: " + note, "  ")]
+        return "\n".join(lines)
+
+
+_HOW = {  # (precision, where) -> framework -> how to ask for it
+    ("bf16", "gpu"): {
+        "torch": 'torch.autocast("cuda", dtype=torch.bfloat16) around forward and loss; no GradScaler',
+        "jax": "Flax layers with dtype=jnp.bfloat16, param_dtype=jnp.float32; no loss scaling",
+        "tensorflow": 'keras.mixed_precision.set_global_policy("mixed_bfloat16"); no LossScaleOptimizer',
+    },
+    ("fp16", "gpu"): {
+        "torch": 'torch.autocast("cuda", dtype=torch.float16) + torch.amp.GradScaler("cuda")',
+        "jax": "Flax layers with dtype=jnp.float16, param_dtype=jnp.float32, and jmp.DynamicLossScale",
+        "tensorflow": 'keras.mixed_precision.set_global_policy("mixed_float16"); compile() wraps the '
+                      "optimizer in a LossScaleOptimizer (in a custom loop, wrap it yourself)",
+    },
+    ("bf16", "tpu"): {
+        "torch": "torch_xla.amp.autocast(device), bf16 on TPU; no GradScaler",
+        "jax": "Flax layers with dtype=jnp.bfloat16, param_dtype=jnp.float32; no loss scaling",
+        "tensorflow": 'keras.mixed_precision.set_global_policy("mixed_bfloat16") under a TPUStrategy',
+    },
+    ("bf16", "cpu"): {
+        "torch": 'torch.autocast("cpu", dtype=torch.bfloat16) (the CPU default dtype); no GradScaler',
+        "jax": "Flax layers with dtype=jnp.bfloat16, param_dtype=jnp.float32; XLA:CPU gains vary, measure",
+        "tensorflow": 'keras.mixed_precision.set_global_policy("mixed_bfloat16"); oneDNN uses the bf16 units',
+    },
+    ("fp32", "any"): {
+        "torch": "plain float32: no autocast",
+        "jax": "plain float32 (the default dtype)",
+        "tensorflow": 'the default "float32" policy',
+    },
+}
+
+
+def advise(report: HardwareReport) -> Advice:
+    """The precision to train in on the hardware ``report`` describes.
+
+    * TPU -> bf16: the MXU multiplies in bfloat16; fp16 is not a TPU format.
+    * NVIDIA compute capability >= 8.0 (Ampere, Ada, Hopper, Blackwell) -> bf16, no loss
+      scaling: bf16 Tensor Cores, and bf16 has fp32's exponent range.
+    * 7.x (Volta V100, Turing T4) -> fp16 with loss scaling: fp16 Tensor Cores only.
+    * Below 7.0 (Pascal P100 and older) -> fp32: no Tensor Cores to gain from.
+    * CPU with AVX512-BF16, AMX-BF16 or Arm BF16 -> bf16; any other CPU -> fp32.
+
+    TPUs come before GPUs, GPUs before the CPU; with unlike GPUs the least capable decides.
+    """
+    if not isinstance(report, HardwareReport):
+        raise TypeError("advise() takes a HardwareReport (from detect() or example_report()), "
+                        f"not {type(report).__name__}")
+    notes = list(_framework_notes(report))
+    if report.tpus:
+        tpu = report.tpus[0]
+        reason = ("TPU matrix units (MXU) multiply in bfloat16, which has fp32's exponent range: no "
+                  "loss scaling. fp16 is not a TPU format. JAX's default matmul precision already "
+                  "rounds float32 inputs to bf16 on TPU.")
+        target = tpu.kind + (f" x{tpu.count}" if tpu.count else "")
+        return Advice("bf16", False, reason, target, _HOW["bf16", "tpu"], tuple(notes))
+    gpus = [g for g in report.gpus if g.vendor in ("nvidia", "amd")]
+    if gpus:
+        return _advise_gpu(gpus, notes)
+    if report.gpus:  # Apple or another vendor
+        notes.append('torch.autocast("mps", dtype=torch.float16) runs on Apple GPUs for experiments; '
+                     "fp16 there needs loss scaling as anywhere else.")
+        reason = ("This GPU has no Tensor-Core-style bf16/fp16 matrix units of the kind AMP is built "
+                  "around, and mixed precision support on it is young: train in fp32 and use the "
+                  "course to study the formats.")
+        return Advice("fp32", False, reason, report.gpus[0].name, _HOW["fp32", "any"], tuple(notes))
+    return _advise_cpu(report.cpu, notes)
+
+
+def gpu_precision(gpu: GPUInfo) -> str:
+    """``"bf16"`` with bf16 Tensor Cores, else ``"fp16"`` with fp16 ones, else ``"fp32"``."""
+    dtypes = gpu.tensor_core_dtypes
+    return "bf16" if "bf16" in dtypes else "fp16" if "fp16" in dtypes else "fp32"
+
+
+def describe_gpu(gpu: GPUInfo) -> str:
+    cc = f"compute capability {gpu.capability[0]}.{gpu.capability[1]}, " if gpu.capability else ""
+    return f"{gpu.name} ({cc}{gpu.architecture})"
+
+
+def _advise_gpu(gpus: list[GPUInfo], notes: list[str]) -> Advice:
+    g = min(gpus, key=lambda x: _RANK[gpu_precision(x)])
+    precision, target = gpu_precision(g), describe_gpu(g)
+    if len({gpu_precision(x) for x in gpus}) > 1:
+        notes.append(f"The GPUs differ; the advice follows the least capable one, {g.name}.")
+    if g.vendor == "nvidia" and g.capability is None:
+        notes.append("The compute capability is unknown, so fp32 is the safe choice; install torch "
+                     "and run `labkit doctor` again to read it.")
+    if "tf32" in g.tensor_core_dtypes:
+        notes.append("TF32: float32 matmuls can run on Tensor Cores with a 10-bit mantissa. TensorFlow "
+                     "and JAX do so by default; PyTorch after "
+                     'torch.set_float32_matmul_precision("high").')
+    if "fp8" in g.tensor_core_dtypes:
+        notes.append("This GPU also has fp8 Tensor Cores (e4m3/e5m2), used through NVIDIA Transformer "
+                     "Engine rather than autocast.")
+    if "3090" in g.name:
+        notes.append("Seed 004's table gives the RTX 3090 FP16: INCORRECT, it is Ampere (8.6) and "
+                     "supports bf16.")
+    if re.search(r"(?<![A-Za-z0-9])T4(?![A-Za-z0-9])", g.name):
+        notes.append("Seed 003 calls the T4 Volta: it is Turing (7.5). Its Tensor Cores take fp16, "
+                     "not bf16, either way.")
+    arch, units = g.architecture, "Tensor Cores" if g.vendor == "nvidia" else "matrix cores"
+    if precision == "bf16":
+        reason = (f"This GPU ({arch}) has bf16 {units}, and bf16 keeps fp32's 8-bit exponent: "
+                  "gradients that fit in fp32 fit in bf16, so no loss scaling.")
+        return Advice("bf16", False, reason, target, _HOW["bf16", "gpu"], tuple(notes))
+    if precision == "fp16":
+        reason = (f"This GPU ({arch}) has fp16 {units} but none for bf16 (bf16 runs, emulated and "
+                  "slowly). fp16's 5-bit exponent rounds gradients below 2^-24 (about 6e-8) to "
+                  "zero: scale the loss.")
+        return Advice("fp16", True, reason, target, _HOW["fp16", "gpu"], tuple(notes))
+    reason = (f"This GPU ({arch}) has no {units}, so autocast brings little speed. fp16 "
+              "storage could still halve activation memory, at the price of loss scaling.")
+    return Advice("fp32", False, reason, target, _HOW["fp32", "any"], tuple(notes))
+
+
+def _advise_cpu(cpu: CPUInfo, notes: list[str]) -> Advice:
+    target = f"CPU {cpu.model}"
+    if cpu.fp16_instructions:
+        notes.append(f"This CPU also does fp16 arithmetic ({', '.join(cpu.fp16_instructions)}); bf16 "
+                     "is still the easier training format: no loss scaling.")
+    if cpu.bf16_instructions:
+        amx = " and AMX tile units" if cpu.amx else ""
+        reason = (f"No GPU or TPU; the CPU has native bf16 instructions "
+                  f"({', '.join(cpu.bf16_instructions)}){amx}: bf16 dot products with fp32 "
+                  "accumulation. bf16 has fp32's exponent range: no loss scaling.")
+        return Advice("bf16", False, reason, target, _HOW["bf16", "cpu"], tuple(notes))
+    if not cpu.flags:
+        notes.append("The CPU's instruction-set flags could not be read here.")
+    reason = ("No GPU or TPU, and the CPU has no native bf16 instructions (AVX512-BF16, AMX-BF16 or "
+              "Arm BF16): bf16 and fp16 would be emulated by conversions, slower than fp32. The "
+              "course still shows their numerics here; it just cannot make them faster.")
+    return Advice("fp32", False, reason, target, _HOW["fp32", "any"], tuple(notes))
+
+
+def _framework_notes(report: HardwareReport):
+    accelerated = bool(report.tpus or report.gpus)
+    for f in report.frameworks:
+        if f.error:
+            yield f"{f.name} {f.version} is installed but failed to load: {f.error}"
+        elif accelerated and f.uses == "cpu":
+            yield (f"{f.name} {f.version} computes on the CPU although an accelerator is here: "
+                   "its CPU-only build is installed, or the device is not visible to it.")

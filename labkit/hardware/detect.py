@@ -1,0 +1,258 @@
+"""Look at this machine: the CPU, the accelerators each framework sees, and the versions.
+
+Frameworks are imported here, lazily, and only those the caller names: importing
+TensorFlow takes seconds, and a framework that is not installed is reported as absent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable
+
+from labkit.hardware.parse import parse_cpuinfo, parse_nvidia_smi, parse_sysctl, tpu_from_environment
+from labkit.hardware.report import (
+    FRAMEWORKS, CPUInfo, FrameworkInfo, GPUInfo, HardwareReport, TPUInfo, check_strs, framework_name,
+    parse_capability,
+)
+
+PACKAGES = ("numpy", "ml_dtypes", "torch", "torch_xla", "jax", "jaxlib", "flax", "optax", "jmp",
+            "tensorflow", "keras")
+"""Distributions whose versions a report lists (read from metadata; none is imported)."""
+
+
+def detect(frameworks: Iterable[str] = FRAMEWORKS) -> HardwareReport:
+    """Describe this machine, importing only the ``frameworks`` named.
+
+    Each framework probed is asked what it sees: torch for CUDA/ROCm/MPS devices (and
+    torch_xla for TPUs), JAX for its devices, TensorFlow for its devices and, where the
+    environment names a TPU, its ``TPUClusterResolver``. ``nvidia-smi`` supplies the GPUs
+    when no framework reported any. ``detect(frameworks=())`` imports none of them.
+    """
+    wanted = {framework_name(n) for n in check_strs(frameworks, "frameworks")}
+    infos, gpus, tpus = [], [], []
+    for name in FRAMEWORKS:
+        info, found_gpus, found_tpus = _probe(name) if name in wanted else (_unprobed(name), (), ())
+        infos.append(info)
+        gpus.append(found_gpus)
+        tpus.append(found_tpus)
+    env_tpu = tpu_from_environment(os.environ)
+    tpus.append((env_tpu,) if env_tpu else ())
+    versions = {"python": platform.python_version(), "labkit": _version("labkit")}
+    versions.update({p: _version(p) for p in PACKAGES})
+    return HardwareReport(
+        cpu=detect_cpu(),
+        gpus=next((g for g in gpus if g), None) or _nvidia_smi_gpus(),  # the first source that saw any
+        tpus=next((t for t in tpus if t), ()),
+        frameworks=tuple(infos),
+        versions=versions,
+        system=f"{platform.system()} {platform.release()} {platform.machine()}",
+    )
+
+
+def detect_cpu() -> CPUInfo:
+    """The CPU, with flags from /proc/cpuinfo (Linux) or sysctl (macOS); none elsewhere."""
+    arch, cores = platform.machine(), os.cpu_count()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            model, flags = parse_cpuinfo(f.read())
+        source = "/proc/cpuinfo"
+    elif platform.system() == "Darwin" and shutil.which("sysctl"):
+        out = subprocess.run(["sysctl", "machdep.cpu", "hw.optional"], capture_output=True, text=True)
+        model, flags = parse_sysctl(out.stdout)
+        source = "sysctl"
+    else:
+        model, flags, source = "", (), "nowhere (no /proc/cpuinfo or sysctl here)"
+    return CPUInfo(model or platform.processor() or arch or "unknown", arch, flags, cores, source)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _unprobed(name: str) -> FrameworkInfo:
+    return FrameworkInfo(name, _version(name) if _importable(name) else None)
+
+
+def _probe(name: str):
+    """(FrameworkInfo, gpus, tpus) for one framework; an absent or broken one is reported."""
+    if not _importable(name):
+        return FrameworkInfo(name, None, probed=True), (), ()
+    probe = {"torch": _probe_torch, "jax": _probe_jax, "tensorflow": _probe_tensorflow}[name]
+    try:
+        uses, devices, settings, gpus, tpus = probe()
+    except Exception as e:  # a broken install is a finding to report, not a reason to crash
+        return FrameworkInfo(name, _version(name), True, error=f"{type(e).__name__}: {e}"), (), ()
+    info = FrameworkInfo(name, _version(name), True, uses, tuple(devices), settings)
+    return info, tuple(gpus), tuple(tpus)
+
+
+def _probe_torch():
+    import torch
+
+    gpus, tpus, settings = [], [], {}
+    if torch.cuda.is_available():
+        amd = bool(torch.version.hip)
+        for i in range(torch.cuda.device_count()):
+            p = torch.cuda.get_device_properties(i)
+            gpus.append(GPUInfo(p.name, "amd" if amd else "nvidia", None if amd else (p.major, p.minor),
+                                getattr(p, "gcnArchName", None) if amd else None,
+                                round(p.total_memory / 2**30, 1), "torch"))
+        uses = "cuda"
+        settings["toolkit"] = f"ROCm/HIP {torch.version.hip}" if amd else f"CUDA {torch.version.cuda}"
+        try:  # the default, including_emulation=True, also says True on a T4, where bf16 is emulated
+            native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        except TypeError:  # older torch has no including_emulation and never counted emulation
+            native_bf16 = torch.cuda.is_bf16_supported()
+        settings["bf16 without emulation"] = str(native_bf16)
+        settings["TF32 in convolutions (cudnn.allow_tf32)"] = str(torch.backends.cudnn.allow_tf32)
+    elif torch.backends.mps.is_available():
+        gpus.append(GPUInfo("Apple GPU (MPS)", "apple", source="torch"))
+        uses = "mps"
+    else:
+        uses = "cpu"
+    settings[f"autocast dtype ({uses})"] = str(torch.get_autocast_dtype(uses)).removeprefix("torch.")
+    matmul = torch.get_float32_matmul_precision()
+    meaning = {"highest": "full fp32", "high": "TF32 allowed", "medium": "bf16 allowed"}.get(matmul, "?")
+    settings["float32 matmul precision"] = f"{matmul} ({meaning})"
+    settings["CPU kernels"] = torch.backends.cpu.get_cpu_capability()
+    if _importable("torch_xla"):
+        import torch_xla.runtime as xr
+
+        if xr.device_type() == "TPU":
+            tpus.append(TPUInfo("TPU", xr.global_runtime_device_count(), "torch_xla"))
+            uses = "xla (TPU, through torch_xla)"
+    devices = [f"cuda:{i} {g.name}" for i, g in enumerate(gpus)] if uses == "cuda" else [uses]
+    return uses, devices, settings, gpus, tpus
+
+
+def _probe_jax():
+    import jax
+
+    devices = jax.devices()
+    gpus = []
+    for d in devices:
+        plat = d.platform.lower()
+        if plat in ("gpu", "cuda", "rocm"):
+            amd = plat == "rocm" or "rocm" in str(getattr(d.client, "platform_version", "")).lower()
+            cap = None if amd else getattr(d, "compute_capability", None)
+            gpus.append(GPUInfo(d.device_kind, "amd" if amd else "nvidia",
+                                parse_capability(cap) if cap else None, source="jax"))
+        elif plat == "metal":
+            gpus.append(GPUInfo(d.device_kind or "Apple GPU (Metal)", "apple", source="jax"))
+    kinds = sorted({d.device_kind for d in devices if d.platform.lower() == "tpu"})
+    tpus = [TPUInfo(k, sum(d.device_kind == k for d in devices), "jax") for k in kinds]
+    backend = jax.default_backend()
+    meaning = {"tpu": "float32 inputs rounded to bf16", "gpu": "TF32 on Ampere and newer",
+               "cpu": "full fp32"}.get(backend, "platform default")
+    settings = {
+        "default matmul precision": jax.config.jax_default_matmul_precision or f"default ({meaning})",
+        "x64 enabled": str(jax.config.jax_enable_x64),
+    }
+    names = [f"{d.platform}:{d.id} ({d.device_kind})" for d in devices]
+    return backend, names, settings, gpus, tpus
+
+
+@contextlib.contextmanager
+def quiet_native_logs():
+    """Silence a native library's start-up log (TensorFlow's) for the ``with`` block only.
+
+    ``TF_CPP_MIN_LOG_LEVEL=3`` hides most of TensorFlow's C++ log, but recent releases
+    log through absl before reading it, so file descriptor 2 is sent to a temporary file
+    as well. Both are restored afterwards: later errors still reach the terminal.
+    """
+    saved_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sink = tempfile.TemporaryFile()
+    try:
+        sys.stderr.flush()
+        saved_fd = os.dup(2)
+    except (OSError, ValueError):
+        saved_fd = None
+    try:
+        if saved_fd is not None:
+            os.dup2(sink.fileno(), 2)
+        yield
+    finally:
+        if saved_fd is not None:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+        sink.close()
+        if saved_level is None:
+            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        else:
+            os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved_level
+
+
+def _probe_tensorflow():
+    with quiet_native_logs():
+        import tensorflow as tf
+
+        physical = tf.config.list_physical_devices()
+        vendor = "amd" if tf.sysconfig.get_build_info().get("is_rocm_build") else "nvidia"
+        gpus = []
+        for d in tf.config.list_physical_devices("GPU"):
+            details = tf.config.experimental.get_device_details(d)
+            cap = details.get("compute_capability") if vendor == "nvidia" else None
+            gpus.append(GPUInfo(details.get("device_name") or d.name, vendor, cap or None,
+                                source="tensorflow"))
+        n_tpu = len(tf.config.list_physical_devices("TPU"))
+        tpus = [TPUInfo("TPU", n_tpu, "tensorflow")] if n_tpu else _tf_cluster_resolver_tpu(tf)
+        import keras
+
+    settings = {
+        "TF32 execution enabled": str(tf.config.experimental.tensor_float_32_execution_enabled()),
+        "keras backend": keras.config.backend(),
+        "keras global policy": keras.mixed_precision.global_policy().name,
+        "oneDNN (TF_ENABLE_ONEDNN_OPTS)": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default (on for x86)"),
+    }
+    uses = "tpu" if tpus else "gpu" if gpus else "cpu"
+    names = [f"{d.device_type}:{d.name.rsplit(':', 1)[-1]}" for d in physical]
+    return uses, names, settings, gpus, tpus
+
+
+def _tf_cluster_resolver_tpu(tf) -> list[TPUInfo]:
+    """Ask TensorFlow's TPUClusterResolver, only where the environment names a TPU:
+    elsewhere it would go looking for the GCE metadata server over the network."""
+    hint = tpu_from_environment(os.environ)
+    if hint is None:
+        return []
+    addr = os.environ.get("COLAB_TPU_ADDR")
+    tpu = f"grpc://{addr}" if addr else "local" if os.environ.get("TPU_ACCELERATOR_TYPE") else None
+    try:
+        tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    except (ValueError, RuntimeError, OSError, ImportError):
+        return []
+    return [TPUInfo(hint.kind, source="tensorflow (TPUClusterResolver)")]
+
+
+def _nvidia_smi_gpus() -> tuple[GPUInfo, ...]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return ()
+    query = [exe, "--query-gpu=name,compute_cap,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(query, capture_output=True, text=True, timeout=20)
+        if out.returncode != 0:  # drivers before 510 do not know compute_cap: ask for the name twice
+            query[1] = "--query-gpu=name,name,memory.total"
+            out = subprocess.run(query, capture_output=True, text=True, timeout=20)
+        return parse_nvidia_smi(out.stdout) if out.returncode == 0 else ()
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return ()
