@@ -59,6 +59,9 @@ def lab(tmp_path_factory, chromium_path):
     """JupyterLab serving a copy of notebooks/ on 127.0.0.1 with a fresh token."""
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(ROOT / "notebooks", root / "notebooks")
+    news = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    news.parent.mkdir(parents=True)
+    news.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no "news?" pop-up over the page
     token = secrets.token_hex(16)
     port = _free_port()
     env = dict(os.environ,
