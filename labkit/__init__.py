@@ -12,6 +12,17 @@ need it, so ``import labkit`` needs only numpy, ml_dtypes and matplotlib.
 
 __version__ = "0.1.0"
 
+import importlib
+
 from labkit import formats, hardware, memory
 
-__all__ = ["__version__", "formats", "hardware", "memory"]
+_LAZY = ("scaling", "train", "widgets")  # heavier: matplotlib.pyplot, ipywidgets
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return importlib.import_module(f"labkit.{name}")
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "formats", "hardware", "memory", *_LAZY]

@@ -1,0 +1,142 @@
+"""Real gradients from a small real model: what loss scaling has to fit into fp16 / fp8.
+
+`record_gradients` trains a small PyTorch MLP on scikit-learn's bundled 8x8 digits (no
+download) in float32 and keeps, per layer, the gradients a mixed-precision run would
+store in 16 or 8 bits: weight gradients and activation gradients (the values of Figure 3
+of Micikevicius et al. 2018, "Mixed Precision Training"). It also keeps, per step, the
+largest gradient magnitude (what decides an fp16 overflow) and one layer's input and
+output gradient (the tensors FP8 training casts to e4m3 and e5m2).
+
+torch and scikit-learn are imported inside the function, so ``labkit.scaling`` stays
+light.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class GradientRecord:
+    """Gradients recorded from a real training run (all arrays float32 unless noted).
+
+    Attributes:
+      layers: name -> gradient values of that tensor, pooled over ``sample_steps``
+        ("fc1.weight", ..., and "grad(h1)", ... for activation gradients).
+      amax: per step, the largest |gradient| over all recorded tensors (float64).
+      losses: per step, the training loss (float64).
+      activations: per step, the input of layer fc2 (cast to e4m3 in FP8 training).
+      output_grads: per step, the gradient w.r.t. fc2's output (cast to e5m2).
+      sample_steps: the steps whose gradients are pooled in ``layers``.
+    """
+
+    layers: dict[str, np.ndarray]
+    amax: np.ndarray
+    losses: np.ndarray
+    activations: list[np.ndarray] = field(repr=False)
+    output_grads: list[np.ndarray] = field(repr=False)
+    sample_steps: tuple[int, ...] = ()
+    description: str = ""
+
+    @property
+    def values(self) -> np.ndarray:
+        """Every recorded gradient value, all layers pooled."""
+        return np.concatenate([v.ravel() for v in self.layers.values()])
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}: {v.size}" for k, v in self.layers.items())
+        return f"GradientRecord({len(self.amax)} steps; {self.description}; values per tensor: {sizes})"
+
+
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    return int(value)
+
+
+def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64, lr: float = 0.5,
+                     seed: int = 0, sample_steps=None) -> GradientRecord:
+    """Train a 3-layer MLP on ``sklearn.datasets.load_digits`` and record its gradients.
+
+    Algorithm::
+
+        x = digits / 16 (1797 images, 64 pixels), y = labels; model 64 -> hidden -> hidden -> 10
+        for step in range(steps):               # SGD on float32, mean cross-entropy
+            h1 = relu(fc1(x_b)); h2 = relu(fc2(h1)); loss = CE(fc3(h2), y_b)
+            loss.backward()                      # keep grad(h1), grad(z2), grad(h2) too
+            record weight and activation gradients, amax = max |g|, fc2's input h1, grad(z2)
+            opt.step()
+
+    Runs on the CPU with one thread (restored afterwards) so that the numbers are the
+    same on every machine. Small enough for a notebook: 80 steps take well under a second.
+
+    >>> rec = record_gradients(steps=3)               # doctest: +SKIP
+    >>> sorted(rec.layers)[:2], rec.amax.shape       # doctest: +SKIP
+    (['fc1.bias', 'fc1.weight'], (3,))
+    """
+    steps = _check_int("steps", steps, 1)
+    batch_size = _check_int("batch_size", batch_size, 1)
+    hidden = _check_int("hidden", hidden, 1)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr must be a number > 0; got {lr!r}")
+    if sample_steps is None:
+        sample_steps = sorted({0, steps // 2, steps - 1})
+    sample_steps = tuple(int(s) for s in sample_steps)
+    if not sample_steps or any(s < 0 or s >= steps for s in sample_steps):
+        raise ValueError(f"sample_steps must be steps in [0, {steps - 1}]; got {sample_steps!r}")
+
+    import torch
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
+    y_all = torch.tensor(digits.target, dtype=torch.int64)
+    rng = np.random.default_rng(seed)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        fc1, fc2, fc3 = torch.nn.Linear(64, hidden), torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, 10)
+        named = {"fc1": fc1, "fc2": fc2, "fc3": fc3}
+        params = [p for m in named.values() for p in m.parameters()]
+        opt = torch.optim.SGD(params, lr=float(lr))
+        pooled: dict[str, list[np.ndarray]] = {}
+        amax, losses, acts, out_grads = [], [], [], []
+        for step in range(steps):
+            idx = torch.from_numpy(rng.choice(len(x_all), size=batch_size, replace=False))
+            x, y = x_all[idx], y_all[idx]
+            h1 = torch.relu(fc1(x))
+            z2 = fc2(h1)
+            h2 = torch.relu(z2)
+            loss = torch.nn.functional.cross_entropy(fc3(h2), y)
+            for t in (h1, z2, h2):
+                t.retain_grad()
+            opt.zero_grad()
+            loss.backward()
+            grads = {f"{name}.{kind}": getattr(m, kind).grad
+                     for name, m in named.items() for kind in ("weight", "bias")}
+            grads.update({"grad(h1)": h1.grad, "grad(z2)": z2.grad, "grad(h2)": h2.grad})
+            arrays = {k: g.detach().numpy().astype(np.float32).ravel() for k, g in grads.items()}
+            amax.append(max(float(np.abs(a).max()) for a in arrays.values()))
+            losses.append(float(loss.detach()))
+            acts.append(h1.detach().numpy().astype(np.float32).copy())
+            out_grads.append(z2.grad.detach().numpy().astype(np.float32).copy())
+            if step in sample_steps:
+                for k, a in arrays.items():
+                    pooled.setdefault(k, []).append(a.copy())
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+
+    return GradientRecord(
+        layers={k: np.concatenate(v) for k, v in pooled.items()},
+        amax=np.asarray(amax, dtype=np.float64),
+        losses=np.asarray(losses, dtype=np.float64),
+        activations=acts,
+        output_grads=out_grads,
+        sample_steps=sample_steps,
+        description=f"MLP 64-{hidden}-{hidden}-10 on sklearn digits, SGD lr={lr}, batch {batch_size}, seed {seed}",
+    )

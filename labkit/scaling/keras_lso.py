@@ -1,0 +1,161 @@
+"""Keras' ``LossScaleOptimizer``: Keras 3 and the TF 2.x ``tf.keras`` (tf-keras) version.
+
+Both start at 2**15, double after 2000 finite steps, halve and skip on inf/nan, and keep
+the scale in a float32 variable. They differ in the two places that matter at the
+extremes: tf-keras has a floor of 1 and refuses to grow into inf; Keras 3 has neither.
+
+>>> k3 = KerasLossScale.create(initial_scale=2.0, dynamic_growth_steps=1)
+>>> [(k3 := k3.adjust(False)).loss_scale for _ in range(3)]
+[1.0, 0.5, 0.25]
+>>> tk = TFKerasLossScale.create(initial_scale=2.0, dynamic_growth_steps=1)
+>>> [(tk := tk.adjust(False)).loss_scale for _ in range(3)]
+[1.0, 1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from labkit.scaling import _numbers as num
+from labkit.scaling.basic import _Scaler
+
+
+@dataclass(frozen=True)
+class KerasLossScale(_Scaler):
+    """Keras 3 ``keras.optimizers.LossScaleOptimizer(inner, initial_scale=2.**15,
+    dynamic_growth_steps=2000)``.
+
+    Source: keras-team/keras ``keras/src/optimizers/loss_scale_optimizer.py``
+    (``build``, ``_stateful_handle_finite_grads``, ``_stateful_handle_non_finite_grads``)::
+
+        # dynamic_scale: float32 variable, step_counter: int variable
+        if all grads finite:
+            inner_optimizer.apply(grads / dynamic_scale)
+            if step_counter == dynamic_growth_steps - 1:
+                step_counter = 0; dynamic_scale = dynamic_scale * 2.0
+            else:
+                step_counter += 1
+        else:                                   # the update is skipped
+            step_counter = 0; dynamic_scale = dynamic_scale * 0.5
+
+    Where it differs: the counter is compared **before** the increment (``== steps - 1``),
+    which grows on the same step as torch's ``successful == growth_interval``; there is
+    **no floor** (the scale can fall below 1 and, in float32, to 0.0 -- after which the
+    next finite step divides its gradients by 0 and applies NaN) and **no check** for
+    growing into inf (after that, ``inf * 0.5`` stays inf: every step is skipped).
+    The factor is fixed at 2. ``dynamic=False`` is no longer supported.
+    """
+
+    loss_scale: float = 2.0**15
+    dynamic_growth_steps: int = 2000
+    step_counter: int = 0
+
+    TRACKED = ("step_counter",)
+    COUNTER = "step_counter"
+
+    @classmethod
+    def create(cls, initial_scale=2.0**15, dynamic_growth_steps=2000):
+        return cls(
+            loss_scale=num.f32(num.check_scale("initial_scale", initial_scale)),
+            dynamic_growth_steps=num.check_interval("dynamic_growth_steps", dynamic_growth_steps),
+        )
+
+    def adjust(self, finite: bool) -> "KerasLossScale":
+        if not finite:
+            return dataclasses.replace(self, loss_scale=num.f32(self.loss_scale * 0.5), step_counter=0)
+        if self.step_counter == self.dynamic_growth_steps - 1:
+            return dataclasses.replace(self, loss_scale=num.f32(self.loss_scale * 2.0), step_counter=0)
+        return dataclasses.replace(self, step_counter=self.step_counter + 1)
+
+
+def fast_keras(flags, opts):
+    f32 = num.f32
+    s = f32(opts["initial_scale"])
+    last = opts["dynamic_growth_steps"] - 1
+    scales, counters = [], []
+    keep, track = scales.append, counters.append
+    c = 0
+    for o in flags:
+        keep(s)
+        if o:
+            s = f32(s * 0.5)
+            c = 0
+        elif c == last:
+            s = f32(s * 2.0)
+            c = 0
+        else:
+            c += 1
+        track(c)
+    return scales, None, {"step_counter": counters}, None, s
+
+
+@dataclass(frozen=True)
+class TFKerasLossScale(_Scaler):
+    """TF 2.x ``tf.keras.mixed_precision.LossScaleOptimizer(inner, dynamic=True,
+    initial_scale=2**15, dynamic_growth_steps=2000)`` (the tf-keras package, Keras 2).
+
+    Source: keras-team/tf-keras ``tf_keras/mixed_precision/loss_scale_optimizer.py``
+    (``_DynamicLossScaleState.update``; the optimizer builds it with ``multiplier=2``)::
+
+        # current_loss_scale: float32 variable, counter ("good_steps"): int64 variable
+        if all grads finite:                    # should_apply_gradients = is_finite
+            if counter + 1 >= growth_steps:
+                new = current_loss_scale * multiplier
+                if isfinite(new): current_loss_scale = new   # _assign_if_finite
+                counter = 0
+            else:
+                counter += 1
+        else:
+            counter = 0
+            current_loss_scale = maximum(current_loss_scale / multiplier, 1)
+
+    Where it differs: a **floor of 1**; growth into inf is **refused**; the counter test
+    is ``counter + 1 >= growth_steps`` (same step as torch for steps >= 1).
+    """
+
+    loss_scale: float = 2.0**15
+    dynamic_growth_steps: int = 2000
+    counter: int = 0
+
+    TRACKED = ("counter",)
+    COUNTER = "counter"
+
+    @classmethod
+    def create(cls, initial_scale=2.0**15, dynamic_growth_steps=2000):
+        return cls(
+            loss_scale=num.f32(num.check_scale("initial_scale", initial_scale)),
+            dynamic_growth_steps=num.check_interval("dynamic_growth_steps", dynamic_growth_steps),
+        )
+
+    def adjust(self, finite: bool) -> "TFKerasLossScale":
+        if not finite:
+            return dataclasses.replace(self, loss_scale=max(num.f32(self.loss_scale / 2.0), 1.0), counter=0)
+        if self.counter + 1 >= self.dynamic_growth_steps:
+            new = num.f32(self.loss_scale * 2.0)
+            return dataclasses.replace(self, loss_scale=new if math.isfinite(new) else self.loss_scale, counter=0)
+        return dataclasses.replace(self, counter=self.counter + 1)
+
+
+def fast_tf_keras(flags, opts):
+    f32, isfinite = num.f32, math.isfinite
+    s = f32(opts["initial_scale"])
+    n = opts["dynamic_growth_steps"]
+    scales, counters = [], []
+    keep, track = scales.append, counters.append
+    c = 0
+    for o in flags:
+        keep(s)
+        if o:
+            s = max(f32(s / 2.0), 1.0)
+            c = 0
+        elif c + 1 >= n:
+            new = f32(s * 2.0)
+            if isfinite(new):
+                s = new
+            c = 0
+        else:
+            c += 1
+        track(c)
+    return scales, None, {"counter": counters}, None, s

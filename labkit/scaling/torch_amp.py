@@ -1,0 +1,183 @@
+"""PyTorch's loss scalers: ``torch.amp.GradScaler`` and NVIDIA Apex amp's ``LossScaler``.
+
+Both skip the optimizer step when a gradient is inf/nan and halve the scale; they differ
+in where the scale lives (a float32 tensor vs a Python float), in the bounds (none vs a
+cap of 2**24 and an optional floor) and in who may grow the scale into inf.
+
+>>> s = TorchGradScaler.create(init_scale=2.0**16, growth_interval=2)
+>>> [(s := s.adjust(f)).loss_scale for f in (True, True, False)]
+[65536.0, 131072.0, 65536.0]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from labkit.scaling import _numbers as num
+from labkit.scaling.basic import _Scaler
+
+
+@dataclass(frozen=True)
+class TorchGradScaler(_Scaler):
+    """``torch.amp.GradScaler(device, init_scale=2.**16, growth_factor=2., backoff_factor=.5,
+    growth_interval=2000)``.
+
+    Sources: ``torch/amp/grad_scaler.py`` (``GradScaler.__init__``, ``update``) and the
+    CPU kernel ``_amp_update_scale_cpu_kernel`` in
+    ``aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp`` (the CUDA kernel is the same)::
+
+        # scale: float32 tensor, growth_tracker: int32 tensor, both on the device
+        if found_inf:                       # any inf/nan after unscale_
+            scale = float32(scale * backoff_factor); growth_tracker = 0
+            # and scaler.step() did not call optimizer.step()
+        else:
+            successful = growth_tracker + 1
+            if successful == growth_interval:
+                new_scale = float32(scale * growth_factor)
+                if isfinite(new_scale): scale = new_scale   # never grows into inf
+                growth_tracker = 0
+            else:
+                growth_tracker = successful
+
+    Where it differs from the others: the scale is a **float32** tensor (each new value is
+    rounded to float32; 166 overflows in a row from 2**16 halve it to exactly 0.0);
+    there is **no floor** (the docstring of ``update`` warns the scale may fall below 1);
+    growth that would reach inf is **refused**; the tracker is compared **after** the
+    increment (``== growth_interval``), so growth happens on the growth_interval-th
+    consecutive finite step.
+    """
+
+    loss_scale: float = 2.0**16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    growth_tracker: int = 0
+
+    TRACKED = ("growth_tracker",)
+    COUNTER = "growth_tracker"
+
+    @classmethod
+    def create(cls, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+        return cls(
+            loss_scale=num.f32(num.check_scale("init_scale", init_scale)),
+            growth_factor=num.check_growth("growth_factor", growth_factor),
+            backoff_factor=num.check_backoff("backoff_factor", backoff_factor),
+            growth_interval=num.check_interval("growth_interval", growth_interval),
+        )
+
+    def adjust(self, finite: bool) -> "TorchGradScaler":
+        if not finite:
+            scale = num.f32(self.loss_scale * self.backoff_factor)
+            return dataclasses.replace(self, loss_scale=scale, growth_tracker=0)
+        successful = self.growth_tracker + 1
+        if successful == self.growth_interval:
+            new_scale = num.f32(self.loss_scale * self.growth_factor)
+            scale = new_scale if math.isfinite(new_scale) else self.loss_scale
+            return dataclasses.replace(self, loss_scale=scale, growth_tracker=0)
+        return dataclasses.replace(self, growth_tracker=successful)
+
+
+def fast_torch(flags, opts):
+    f32, isfinite = num.f32, math.isfinite
+    s = f32(opts["init_scale"])
+    g, b, n = opts["growth_factor"], opts["backoff_factor"], opts["growth_interval"]
+    scales, trackers = [], []
+    keep, track = scales.append, trackers.append
+    t = 0
+    for o in flags:
+        keep(s)
+        if o:
+            s = f32(s * b)
+            t = 0
+        else:
+            t += 1
+            if t == n:
+                new = f32(s * g)
+                if isfinite(new):
+                    s = new
+                t = 0
+        track(t)
+    return scales, None, {"growth_tracker": trackers}, None, s
+
+
+@dataclass(frozen=True)
+class ApexLossScaler(_Scaler):
+    """Apex amp's dynamic ``LossScaler("dynamic", init_scale=2.**16, scale_factor=2.,
+    scale_window=2000, min_loss_scale=None, max_loss_scale=2.**24)``.
+
+    Source: NVIDIA/apex ``apex/amp/scaler.py`` (``LossScaler.__init__``,
+    ``update_scale``); ``amp.initialize(..., min_loss_scale=None, max_loss_scale=2.**24)``
+    passes the bounds, and ``scale_window`` stays 2000. Python floats (float64)::
+
+        loss_scale = min(max_loss_scale, init_scale)
+        if has_overflow:                          # update_scale() returns should_skip
+            should_skip = True
+            if min_loss_scale: loss_scale = max(min_loss_scale, loss_scale / 2.)
+            else:              loss_scale = loss_scale / 2.
+            unskipped = 0
+        else:
+            should_skip = False; unskipped += 1
+        if unskipped == scale_window:
+            loss_scale = min(max_loss_scale, loss_scale * 2.); unskipped = 0
+
+    Where it differs: a **cap** of 2**24 (the initial scale is clamped to it too, in the
+    versions since 2019; the first ones started at ``init_scale`` unclamped); the
+    floor is optional and tested by truthiness (``min_loss_scale=0`` means no floor);
+    ``scale_factor`` is accepted but the code always uses 2; the scale is a **float64**
+    Python float (no float32 rounding; without a floor it reaches 0.0 only after 1091
+    halvings).
+    """
+
+    loss_scale: float = 2.0**16
+    scale_window: int = 2000
+    min_loss_scale: float | None = None
+    max_loss_scale: float = 2.0**24
+    unskipped: int = 0
+
+    TRACKED = ("unskipped",)
+    COUNTER = "unskipped"
+
+    @classmethod
+    def create(cls, init_scale=2.0**16, scale_window=2000, min_loss_scale=None, max_loss_scale=2.0**24):
+        init = num.check_scale("init_scale", init_scale)
+        cap = num.check_scale("max_loss_scale", max_loss_scale)
+        return cls(
+            loss_scale=min(cap, init),
+            scale_window=num.check_interval("scale_window", scale_window),
+            min_loss_scale=num.check_floor("min_loss_scale", min_loss_scale, allow_none=True),
+            max_loss_scale=cap,
+        )
+
+    def adjust(self, finite: bool) -> "ApexLossScaler":
+        s, unskipped = self.loss_scale, self.unskipped
+        if not finite:
+            s = max(self.min_loss_scale, s / 2.0) if self.min_loss_scale else s / 2.0
+            unskipped = 0
+        else:
+            unskipped += 1
+        if unskipped == self.scale_window:
+            s = min(self.max_loss_scale, s * 2.0)
+            unskipped = 0
+        return dataclasses.replace(self, loss_scale=s, unskipped=unskipped)
+
+
+def fast_apex(flags, opts):
+    cap, lo, n = opts["max_loss_scale"], opts["min_loss_scale"], opts["scale_window"]
+    s = min(cap, opts["init_scale"])
+    scales, counts = [], []
+    keep, track = scales.append, counts.append
+    u = 0
+    for o in flags:
+        keep(s)
+        if o:
+            s = max(lo, s / 2.0) if lo else s / 2.0
+            u = 0
+        else:
+            u += 1
+        if u == n:
+            s = min(cap, s * 2.0)
+            u = 0
+        track(u)
+    return scales, None, {"unskipped": counts}, None, s

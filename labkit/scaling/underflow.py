@@ -1,0 +1,180 @@
+"""What a loss scale S saves: gradient values lost to zero, kept as subnormals, or overflowing.
+
+Multiplying the loss by S multiplies every gradient by S (the chain rule is linear), so a
+gradient g is stored as ``round_fmt(g * S)``. For a sample of real gradients (computed in
+fp32) this module counts, for each format and S, the nonzero values that
+
+* are **lost**: round to zero (underflow, "flushed to zero");
+* are **subnormal**: survive with fewer significant bits;
+* are **normal**: keep the format's full precision;
+* **overflow**: round to inf/nan in a plain cast (an fp8 cast that saturates clips them).
+
+and the range of S that loses nothing: ``S >= smallest_subnormal / min|g|`` keeps every
+value nonzero and ``S <= max / max|g|`` keeps every value finite. Both bounds are
+conservative: just outside them rounding can still save a value.
+
+>>> g = [2.0**-30, 2.0**-10, 0.5]
+>>> fractions(g, "fp16", scale=1.0).lost, fractions(g, "fp16", scale=2.0**10).lost
+(0.3333333333333333, 0.0)
+>>> r = safe_scale_range(g, "fp16")
+>>> r.log2_lo, r.log2_hi
+(6.0, 16.99929538702341)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit import formats as lf
+
+DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e5m2", "fp8_e4m3")
+
+
+def gradient_values(values) -> np.ndarray:
+    """A float64 array of finite gradient values: an array, {name: array} or a GradientRecord."""
+    if isinstance(values, dict):
+        values = [np.asarray(v, dtype=np.float64).ravel() for v in values.values()] or [[]]
+        values = np.concatenate(values)
+    elif hasattr(values, "values") and not isinstance(values, np.ndarray) and not callable(values.values):
+        values = values.values
+    try:
+        arr = np.asarray(values, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise TypeError("values must be numbers: an array of gradient values or a GradientRecord") from None
+    if arr.size == 0:
+        raise ValueError("values is empty: give at least one gradient value")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("values must be finite: these are fp32 gradients before any scaling")
+    return arr
+
+
+def check_scale(scale) -> float:
+    """A scale S: a finite number > 0 (ValueError otherwise)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale must be a finite number > 0; got {scale!r}")
+    return float(scale)
+
+
+@dataclass(frozen=True)
+class Fractions:
+    """Where the nonzero values of a gradient sample land in ``format`` after scaling by S.
+
+    ``lost + subnormal + normal + overflow == 1`` (fractions of ``count`` nonzero values);
+    ``zeros`` counts the values that were exactly 0 already (ReLU, unused inputs).
+    """
+
+    format: str
+    scale: float
+    count: int
+    zeros: int
+    lost: float
+    subnormal: float
+    normal: float
+    overflow: float
+
+
+def fractions(values, fmt, scale=1.0) -> Fractions:
+    """Classify ``round_fmt(values * scale)`` for the nonzero values (exact rounding via labkit.formats)."""
+    f = lf.get(fmt)
+    s = check_scale(scale)
+    arr = gradient_values(values)
+    nonzero = arr[arr != 0]
+    n = nonzero.size
+    if n == 0:
+        return Fractions(f.name, s, 0, arr.size, 0.0, 0.0, 0.0, 0.0)
+    kinds = f.classify(np.abs(nonzero) * s)
+    frac = lambda *names: float(np.isin(kinds, names).sum()) / n  # noqa: E731
+    return Fractions(f.name, s, n, arr.size - n, frac("zero"), frac("subnormal"), frac("normal"), frac("inf", "nan"))
+
+
+@dataclass(frozen=True)
+class ScaleRange:
+    """The loss scales S for which a gradient sample loses nothing in ``format``.
+
+    ``lo = smallest_subnormal / min|g|`` (nothing rounds to zero), ``lo_normal =
+    smallest_normal / min|g|`` (nothing is even subnormal), ``hi = max / max|g|``
+    (nothing overflows). ``pow2_lo`` / ``pow2_hi``: the powers of two inside [lo, hi]
+    (loss scales are powers of two so that scaling is exact); None when the range is
+    empty, i.e. the sample's own range is wider than the format's.
+    """
+
+    format: str
+    min_abs: float
+    max_abs: float
+    lo: float
+    lo_normal: float
+    hi: float
+
+    @property
+    def empty(self) -> bool:
+        return self.lo > self.hi
+
+    @property
+    def log2_lo(self) -> float:
+        return math.log2(self.lo)
+
+    @property
+    def log2_hi(self) -> float:
+        return math.log2(self.hi)
+
+    @property
+    def pow2_lo(self) -> float | None:
+        p = 2.0 ** math.ceil(self.log2_lo)
+        return None if p > self.hi else p
+
+    @property
+    def pow2_hi(self) -> float | None:
+        p = 2.0 ** math.floor(self.log2_hi)
+        return None if p < self.lo else p
+
+    def contains(self, scale) -> bool:
+        return self.lo <= check_scale(scale) <= self.hi
+
+
+def safe_scale_range(values, fmt) -> ScaleRange:
+    """The range of S that loses no nonzero gradient value of the sample in ``fmt``."""
+    f = lf.get(fmt)
+    arr = np.abs(gradient_values(values))
+    nonzero = arr[arr != 0]
+    if nonzero.size == 0:
+        raise ValueError("values has no nonzero gradient: nothing to scale")
+    lo_g, hi_g = float(nonzero.min()), float(nonzero.max())
+    return ScaleRange(f.name, lo_g, hi_g, f.smallest_subnormal / lo_g, f.smallest_normal / lo_g, f.max / hi_g)
+
+
+def fractions_table(values, scale=1.0, formats=DEFAULT_FORMATS):
+    """Lost / subnormal / normal / overflow percentages per format at one scale, as a Table."""
+    from labkit.formats import Table
+
+    rows = []
+    for name in formats:
+        fr = fractions(values, name, scale)
+        rows.append((fr.format, _pow2(fr.scale), f"{100 * fr.lost:.2f}%", f"{100 * fr.subnormal:.2f}%",
+                     f"{100 * fr.normal:.2f}%", f"{100 * fr.overflow:.2f}%"))
+    return Table(("format", "scale S", "lost to zero", "subnormal", "normal", "overflow"), tuple(rows),
+                 "Where the nonzero gradient values land after scaling by S")
+
+
+def safe_range_table(values, formats=DEFAULT_FORMATS):
+    """For each format: the range of S that loses nothing, as a Table."""
+    from labkit.formats import Table
+
+    rows = []
+    for name in formats:
+        r = safe_scale_range(values, name)
+        rows.append((r.format, f"2**{r.log2_lo:.1f}", f"2**{r.log2_hi:.1f}",
+                     "empty" if r.empty else f"{_pow2(r.pow2_lo)} .. {_pow2(r.pow2_hi)}",
+                     f"2**{math.log2(r.lo_normal):.1f}"))
+    return Table(("format", "S >= (nothing lost)", "S <= (no overflow)", "powers of two that lose nothing",
+                  "S >= (all normal)"), tuple(rows), "Loss scales that keep every gradient value")
+
+
+def _pow2(x) -> str:
+    if x is None:
+        return "-"
+    m, e = math.frexp(x)
+    return f"2**{e - 1}" if m == 0.5 else f"{x:.3g}"

@@ -1,0 +1,188 @@
+"""Every preset: the fast replay equals the value-based adjust() replay, and the facts in
+the preset table (floor, ceiling, what happens on overflow) hold when replayed."""
+
+import doctest
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+from labkit import scaling
+from labkit.scaling.deepspeed import CONFIG_DEFAULTS
+
+NAMES = list(scaling.PRESETS)
+REQUIRED = {"optax": {"max_consecutive_errors": 2}}
+
+
+def random_options(name, rng):
+    p = scaling.PRESETS[name]
+    opts = dict(REQUIRED.get(name, {}))
+    if p.interval_option:
+        opts[p.interval_option] = int(rng.integers(1, 9))
+    if p.init_option:
+        opts[p.init_option] = float(rng.choice([2.0**16, 3.0, 2.0**-3, 2.0**120, 1e300]))
+    extra = {
+        "torch": lambda: {"growth_factor": float(rng.choice([2.0, 1.5])),
+                          "backoff_factor": float(rng.choice([0.5, 0.3]))},
+        "deepspeed": lambda: {"hysteresis": int(rng.integers(1, 4)), "consecutive_hysteresis": bool(rng.random() < 0.5),
+                              "min_loss_scale": float(rng.choice([1, 0, 2.0**-20]))},
+        "deepspeed-fp16-optimizer": lambda: {"min_loss_scale": float(rng.choice([1, 0]))},
+        "jmp": lambda: {"factor": int(rng.choice([2, 3])), "min_loss_scale": float(rng.choice([1, 0])),
+                        "under_jit": bool(rng.random() < 0.5)},
+        "apex": lambda: {"min_loss_scale": rng.choice([None, 0.5]),
+                         "max_loss_scale": float(rng.choice([2.0**24, 1e300]))},
+        "optax": lambda: {"max_consecutive_errors": int(rng.integers(0, 4))},
+        "static": lambda: {"skip_nonfinite": bool(rng.random() < 0.5)},
+        "dynamic": lambda: {"min_scale": rng.choice([None, 1.0]), "max_scale": rng.choice([None, 2.0**130])},
+    }.get(name, dict)()
+    opts.update(extra)
+    return opts
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fast_replay_equals_adjust_replay_step_for_step(name):
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    for _ in range(40):
+        opts = random_options(name, rng)
+        flags = rng.random(int(rng.integers(0, 400))) < rng.choice([0.0, 0.01, 0.3, 0.7, 1.0])
+        fast = scaling.simulate(name, flags, **opts)
+        slow = scaling.simulate(name, flags, engine="adjust", **opts)
+        np.testing.assert_array_equal(fast.scales, slow.scales)
+        np.testing.assert_array_equal(fast.applied, slow.applied)
+        assert fast.extras.keys() == slow.extras.keys()
+        for key in fast.extras:
+            np.testing.assert_array_equal(fast.extras[key], slow.extras[key])
+        assert fast.final_scale == slow.final_scale or (math.isnan(fast.final_scale) and math.isnan(slow.final_scale))
+        assert fast.stopped_at == slow.stopped_at
+
+
+# -- the table's facts, replayed ----------------------------------------------------------
+
+def final_after(name, overflow, steps, **opts):
+    opts = {**REQUIRED.get(name, {}), **opts}
+    return scaling.simulate(name, [overflow] * steps, **opts).final_scale
+
+
+@pytest.mark.parametrize("name, floor", [
+    ("torch", 0.0), ("keras", 0.0), ("tf-keras", 1.0), ("jmp", 1.0), ("apex", 0.0),
+    ("deepspeed-fp16-optimizer", 1.0), ("seed004", 0.0), ("dynamic", 0.0),
+])
+def test_after_many_overflows_the_scale_ends_at_the_documented_floor(name, floor):
+    assert final_after(name, True, 1200) == floor
+
+
+def test_float32_scales_reach_zero_in_166_halvings_float64_in_1091():
+    assert final_after("torch", True, 166) == 0.0 and final_after("torch", True, 165) > 0
+    assert final_after("apex", True, 1091) == 0.0 and final_after("apex", True, 1090) > 0
+
+
+def test_deepspeed_stops_training_at_its_floor():
+    t = scaling.simulate("deepspeed", [True] * 100)
+    # hysteresis 2 forgives step 0; steps 1..16 halve 2**16 down to 1; step 17 arrives at the floor: raise
+    assert t.stopped_at == 17 and t.scales[-1] == 1 and len(t) == 18
+
+
+@pytest.mark.parametrize("name, ceiling", [
+    ("torch", 2.0**127), ("tf-keras", 2.0**127), ("jmp", 2.0**127), ("keras", math.inf), ("apex", 2.0**24),
+])
+def test_after_many_clean_steps_the_scale_ends_at_the_documented_ceiling(name, ceiling):
+    p = scaling.PRESETS[name]
+    assert final_after(name, False, 200, **{p.interval_option: 1}) == ceiling
+
+
+def test_python_number_scales_grow_past_float32():
+    assert final_after("deepspeed", False, 200, loss_scale_window=1) == 2.0**216
+    assert final_after("seed004", False, 200, growth_interval=1) == 2.0**216
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_on_overflow_the_update_is_skipped_or_applied_as_documented(name):
+    t = scaling.simulate(name, [True], **REQUIRED.get(name, {}))
+    applies = "applied" in scaling.PRESETS[name].on_overflow
+    assert bool(t.applied[0]) is applies
+    assert bool(t.poisoned[0]) is applies
+
+
+def test_deepspeed_preset_defaults_are_the_fp16_config_defaults():
+    d = scaling.PRESETS["deepspeed"].defaults
+    assert d["init_scale"] == 2 ** CONFIG_DEFAULTS["initial_scale_power"]
+    assert d["loss_scale_window"] == CONFIG_DEFAULTS["loss_scale_window"]
+    assert d["hysteresis"] == CONFIG_DEFAULTS["hysteresis"]
+    assert d["consecutive_hysteresis"] == CONFIG_DEFAULTS["consecutive_hysteresis"]
+    assert d["min_loss_scale"] == CONFIG_DEFAULTS["min_loss_scale"]
+
+
+def test_library_defaults_named_in_the_issue():
+    defaults = {n: scaling.PRESETS[n].defaults for n in scaling.LIBRARY_PRESETS}
+    assert (defaults["torch"]["init_scale"], defaults["torch"]["growth_interval"]) == (2**16, 2000)
+    assert (defaults["torch"]["growth_factor"], defaults["torch"]["backoff_factor"]) == (2.0, 0.5)
+    assert (defaults["keras"]["initial_scale"], defaults["keras"]["dynamic_growth_steps"]) == (2**15, 2000)
+    assert defaults["apex"]["max_loss_scale"] == 2**24
+    assert set(scaling.LIBRARY_PRESETS) <= set(scaling.PRESETS)
+
+
+def test_generic_names_map_to_each_librarys_own_option():
+    for name in scaling.LIBRARY_PRESETS:
+        p = scaling.PRESETS[name]
+        t = scaling.simulate(name, [False] * 3, init_scale=8, growth_interval=3)
+        assert t.options[p.init_option] == 8 and t.options[p.interval_option] == 3
+
+
+def test_preset_table_has_a_row_per_preset_with_its_source():
+    table = scaling.preset_table()
+    assert table.column("preset") == NAMES
+    assert table.column("init scale")[0] == "2**16"
+    assert all(src for src in table.column("source"))
+    assert "<table>" in table._repr_html_()
+
+
+def test_trace_reads_extras_as_attributes_and_summarises():
+    t = scaling.simulate("deepspeed", [True, False], init_scale=4)
+    assert t.hysteresis.tolist() == [1, 1]
+    assert t.counter is None and scaling.simulate("torch", [False]).counter.tolist() == [1]
+    with pytest.raises(AttributeError, match="tracked here: hysteresis"):
+        t.growth_tracker
+    assert t.summary()["skipped"] == 1 and "1 skipped" in repr(t)
+
+
+def test_overflow_patterns():
+    assert scaling.overflow_pattern("x..x").tolist() == [True, False, False, True]
+    assert scaling.overflow_pattern("burst", 5, start=1, length=2).tolist() == [False, True, True, False, False]
+    assert scaling.overflow_pattern("none", 3).tolist() == [False] * 3
+    r = scaling.overflow_pattern("random", 10000, p=0.1, seed=1)
+    assert r.dtype == bool and 800 < r.sum() < 1200
+    np.testing.assert_array_equal(r, scaling.overflow_pattern("random", 10000, p=0.1, seed=1))
+
+
+def test_closed_loop_scale_settles_under_fmt_max_over_amax():
+    amax = np.full(400, 0.5)
+    t = scaling.simulate_closed_loop("torch", amax, "fp16", growth_interval=10)
+    # fp16 max 65504: 0.5 * 2**17 = 65536 rounds to inf, 0.5 * 2**16 = 32768 does not
+    assert t.scales[~t.overflows].max() == 2.0**16
+    assert (t.scales[t.overflows] == 2.0**17).all() and t.overflows.sum() == 36
+    high = scaling.simulate_closed_loop("keras", amax, "fp16", init_scale=2.0**20)
+    assert high.overflows[:5].tolist() == [True] * 4 + [False] and high.scales[4] == 2.0**16
+
+
+MODULES = ["labkit.scaling", "labkit.scaling.basic", "labkit.scaling.torch_amp", "labkit.scaling.keras_lso",
+           "labkit.scaling.jax_scalers", "labkit.scaling.deepspeed", "labkit.scaling.seed004",
+           "labkit.scaling.registry", "labkit.scaling.trace", "labkit.scaling._numbers",
+           "labkit.scaling.underflow", "labkit.scaling.fp8", "labkit.scaling.playground",
+           "labkit.scaling.gradients"]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_docstring_examples_run(module):
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
+
+
+def test_traces_table_has_a_row_per_trace():
+    flags = scaling.overflow_pattern("xxxx.")
+    table = scaling.traces_table({n: scaling.simulate(n, flags, init_scale=4) for n in ("torch", "tf-keras")})
+    assert table.column("final scale") == ["0.25", "1"] and table.column("skipped") == ["4", "4"]
+    stopped = scaling.traces_table(scaling.simulate("deepspeed", [True] * 5, init_scale=2, hysteresis=1))
+    assert stopped.column("stopped") == ["step 1"]
+    with pytest.raises(TypeError, match="Trace objects"):
+        scaling.traces_table({"a": 1})
