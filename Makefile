@@ -39,8 +39,13 @@ nbval: install  ## notebooks only
 notebooks: install  ## re-execute every notebook top to bottom and store its outputs
 	$(BIN)/python scripts/execute_notebooks.py notebooks/*.ipynb
 
-doctor: install
+doctor: install  ## what hardware is here, which precision to use
 	$(BIN)/labkit doctor
+
+bench: install  ## measured speed and memory on this machine (prints figures; asserts nothing)
+	$(BIN)/labkit bench --framework torch,jax,tf --precision fp32,bf16,fp16 --model mlp,transformer
+	$(BIN)/python benchmarks/bench_simulate.py
+	$(BIN)/python benchmarks/bench_explorer.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,4 +1,4 @@
-"""The ``labkit`` command: ``labkit doctor``, ``labkit --version``.
+"""The ``labkit`` command: ``labkit doctor``, ``labkit bench``, ``labkit --version``.
 
 Each subcommand is a pair of functions: ``add_<name>(subparsers)`` declares its arguments
 and sets ``func`` to ``run_<name>(args) -> int``. To add one (``labkit bench``), write the
@@ -7,6 +7,8 @@ pair and list the ``add_`` function in `COMMANDS`.
     $ labkit doctor                       # devices, capabilities, versions, the advice
     $ labkit doctor --frameworks torch    # probe torch only (TensorFlow takes seconds)
     $ labkit doctor --json                # the same report as JSON, for a bug report
+    $ labkit bench --framework torch,jax,tf --precision fp32,bf16,fp16 --model mlp,transformer
+    $ labkit bench --framework torch --precision fp32,bf16 --json bench.json --plot bench.png
 """
 
 from __future__ import annotations
@@ -60,7 +62,71 @@ def _advice_dict(advice) -> dict:
     return {**dataclasses.asdict(advice), "headline": advice.headline}
 
 
-COMMANDS = (add_doctor,)
+def add_bench(subparsers) -> None:
+    from labkit import bench
+
+    p = subparsers.add_parser(
+        "bench", help="time each framework x precision x model on this machine",
+        description="Run real training steps for each framework x precision x model on synthetic data: "
+                    "warm-up steps, then the median of the timed steps, samples/s, the speed-up against fp32 "
+                    "in the same run, activation bytes (measured where the framework can tell, and modelled), "
+                    "final loss. A combination that cannot run here is reported as skipped, with the reason.")
+    p.add_argument("--framework", default="torch", metavar="LIST", help="from torch, jax, tf (default: torch)")
+    p.add_argument("--precision", default="fp32,bf16", metavar="LIST",
+                   help="from fp32, tf32, fp16, bf16, bf16-pure (default: fp32,bf16); fp32 always runs first")
+    p.add_argument("--model", default="mlp", metavar="LIST", help="from mlp, transformer (default: mlp)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"default {bench.DEFAULT_BATCH}")
+    p.add_argument("--width", type=int, default=None,
+                   help=f"hidden width (default: mlp {bench.DEFAULT_WIDTH['mlp']}, "
+                        f"transformer {bench.DEFAULT_WIDTH['transformer']})")
+    p.add_argument("--steps", type=int, default=20, help="timed steps per cell (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps per cell (default 5)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, gpu, tpu (default auto)")
+    p.add_argument("--odd-sizes", action="store_true",
+                   help="also run each cell at odd sizes (batch-1, width-1) to see what misalignment costs")
+    p.add_argument("--include-slow", action="store_true",
+                   help="time combinations skipped for being impractically slow here (TF fp16 on a CPU)")
+    p.add_argument("--json", metavar="FILE", help="write the records to FILE as a JSON list")
+    p.add_argument("--plot", metavar="FILE", help="save a bar chart of the speed-ups to FILE (png, svg, pdf)")
+    p.set_defaults(func=run_bench)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from labkit import bench
+
+    try:
+        plan = bench.cells(args.framework, args.precision, args.model, args.odd_sizes)
+    except ValueError as e:
+        print(f"labkit bench: {e}", file=sys.stderr)
+        return 2
+    done = []
+
+    def on_cell(rec):
+        done.append(rec)
+        print(bench.progress_line(rec, len(done), len(plan)), flush=True)
+
+    try:
+        records = bench.bench(args.framework, args.precision, args.model, batch_size=args.batch_size,
+                              width=args.width, warmup=args.warmup, steps=args.steps, device=args.device,
+                              odd_sizes=args.odd_sizes, include_slow=args.include_slow, on_cell=on_cell)
+    except ValueError as e:
+        print(f"labkit bench: {e}", file=sys.stderr)
+        return 2
+    print()
+    print(bench.table(records))
+    devices = sorted({r["device"] for r in records if r.get("device")})
+    for d in devices:
+        print("device:", d)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(records, fh, indent=1, default=str)
+    if args.plot:
+        bench.plot(records, args.plot)
+    return 0
+
+
+COMMANDS = (add_doctor, add_bench)
 """The ``add_`` function of each subcommand, in the order ``labkit --help`` lists them."""
 
 

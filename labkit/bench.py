@@ -1,0 +1,191 @@
+"""`labkit bench`: step time, throughput and activation memory per framework x precision x model.
+
+Every cell is a real `labkit.train.run` on synthetic data of the course's shapes:
+
+    for each framework, model, shape:
+        for each precision (fp32 first, the baseline):
+            run warmup + steps optimizer steps          (compilation lands in the warm-up)
+            step_time = median of the timed steps       (each synchronised with the device)
+            speedup   = fp32 step_time / step_time      (same framework, model, shape, run)
+
+Activation bytes are *measured* where the framework can tell (PyTorch: the bytes autograd
+saves for backward; JAX: the compiled step's temporary buffers) and *modelled* from the layer
+shapes (`labkit.memory.activation_bytes`) everywhere; both are in each record.
+
+Shapes default to multiples of 64 -- what tensor cores and AVX-512/AMX tiles want;
+``odd_sizes=True`` adds the same cells at odd sizes (batch - 1, width - 1 or -4) to show
+what misaligned shapes cost. A combination that cannot run here is a record with
+``status="skipped"`` and the reason, never a crash: TensorFlow's fp16 on a CPU (x86 CPUs
+have no fp16 arithmetic; it runs ~100x slower than fp32), bf16 on a GPU without it, a
+framework that is not installed.
+
+>>> cells(["torch"], ["fp32", "bf16"], ["mlp"])[:2]
+[('torch', 'mlp', 'aligned', 'fp32'), ('torch', 'mlp', 'aligned', 'bf16')]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from labkit import memory
+from labkit.formats.table import Table
+from labkit.train import FRAMEWORKS, MODELS, PRECISIONS, RunConfig, RunFailed, run
+
+DEFAULT_WIDTH = {"mlp": 2048, "transformer": 256}
+DEFAULT_BATCH = 512
+_MEASURED = {  # the memory() key that holds measured activation bytes, per framework
+    "torch": ("saved_activation_bytes", "measured: bytes autograd saves for backward"),
+    "jax": ("step_temp_bytes", "measured: XLA temporary buffers of the compiled step"),
+}
+
+
+def _split(values, allowed, what: str) -> list[str]:
+    items = [v.strip() for v in values.split(",")] if isinstance(values, str) else list(values)
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        raise ValueError(f"unknown {what} {', '.join(map(repr, bad)) or '(none given)'}; choose from {', '.join(allowed)}")
+    return items
+
+
+def cells(frameworks, precisions, models, odd_sizes: bool = False) -> list[tuple[str, str, str, str]]:
+    """(framework, model, shape, precision) in run order: fp32 first in each group."""
+    fws = _split(frameworks, FRAMEWORKS, "framework")
+    precs = _split(precisions, PRECISIONS, "precision")
+    precs = sorted(set(precs), key=lambda p: (p != "fp32", PRECISIONS.index(p)))
+    mods = _split(models, MODELS, "model")
+    shapes = ("aligned", "odd") if odd_sizes else ("aligned",)
+    return [(f, m, s, p) for f in fws for m in mods for s in shapes for p in precs]
+
+
+def shape_of(model: str, shape: str, batch_size: int | None, width: int | None) -> tuple[int, int]:
+    """Batch size and width for a cell: aligned defaults, or odd neighbours of them."""
+    b = batch_size or DEFAULT_BATCH
+    w = width or DEFAULT_WIDTH[model]
+    if shape == "odd":
+        b = b - 1
+        w = w - 4 if model == "transformer" else w - 1  # transformer: 4 heads, so d_head becomes odd
+    return b, w
+
+
+def skip_reason(framework: str, precision: str, device: str) -> str | None:
+    """Why a cell should not run here, or None. Only TF's CPU fp16 is refused up front."""
+    if framework == "tf" and precision == "fp16" and device in ("auto", "cpu") and not _tf_has_accelerator():
+        return ("TensorFlow has no fp16 kernels for x86 CPUs: mixed_float16 runs orders of magnitude "
+                "slower than fp32 here (pass include_slow=True / --include-slow to time it anyway)")
+    return None
+
+
+def _tf_has_accelerator() -> bool:
+    try:
+        import tensorflow as tf
+    except ImportError:
+        return False
+    return bool(tf.config.list_physical_devices("GPU") or tf.config.list_physical_devices("TPU"))
+
+
+def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *, batch_size: int | None = None,
+          width: int | None = None, warmup: int = 5, steps: int = 20, device: str = "auto",
+          odd_sizes: bool = False, include_slow: bool = False,
+          on_cell: Callable[[dict], None] | None = None) -> list[dict]:
+    """Run every cell and return one record per cell (see the module docstring)."""
+    for name, value, low in (("warmup", warmup, 0), ("steps", steps, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    plan = cells(frameworks, precisions, models, odd_sizes)
+    records, baseline = [], {}
+    for framework, model, shape, precision in plan:
+        b, w = shape_of(model, shape, batch_size, width)
+        rec = dict(framework=framework, precision=precision, model=model, shape=shape, batch_size=b, width=w,
+                   warmup=warmup, steps=steps, activation_bytes_model=memory.activation_bytes(model, b, precision, w))
+        reason = None if include_slow else skip_reason(framework, precision, device)
+        result = None
+        if reason is None:
+            cfg = RunConfig(framework, precision, model=model, dataset="synthetic", steps=warmup + steps,
+                            batch_size=b, width=w, device=device, progress=False, seed=0)
+            try:
+                result = run(cfg)
+            except (ValueError, ImportError) as exc:  # cannot run here
+                reason = str(exc)
+            except RunFailed as exc:
+                result = exc.result
+        if result is None:
+            rec.update(status="skipped", reason=reason)
+        else:
+            rec.update(_measure(result, framework, b, warmup))
+            if precision == "fp32" and result.status == "ok":
+                baseline[(framework, model, shape)] = rec["step_time_s"]
+            base = baseline.get((framework, model, shape))
+            rec["speedup_vs_fp32"] = base / rec["step_time_s"] if base and rec["step_time_s"] > 0 else None
+        records.append(rec)
+        if on_cell:
+            on_cell(rec)
+    return records
+
+
+def _measure(result, framework: str, batch_size: int, warmup: int) -> dict:
+    step = result.median_step_time(skip_first=warmup)
+    key, source = _MEASURED.get(framework, (None, None))
+    measured = result.memory.get(key) if key else None
+    return dict(
+        status=result.status,
+        device=result.device,
+        step_time_s=step,
+        samples_per_s=batch_size / step if step > 0 else math.nan,
+        final_loss=result.final_loss,
+        activation_bytes=measured,
+        activation_source=source if measured is not None else "not measurable here (see activation_bytes_model)",
+        memory=result.memory,
+    )
+
+
+def progress_line(rec: dict, index: int | None = None, total: int | None = None) -> str:
+    head = f"[{index}/{total}] " if index else ""
+    name = f"{rec['framework']:5} {rec['model']:11} {rec['precision']:9} b={rec['batch_size']} w={rec['width']}"
+    if rec["status"] == "skipped":
+        return f"{head}{name}  skipped: {rec['reason']}"
+    speed = f"x{rec['speedup_vs_fp32']:.2f}" if rec.get("speedup_vs_fp32") else "  -  "
+    return f"{head}{name}  {rec['step_time_s'] * 1e3:9.2f} ms/step  {speed}  {rec['status']}"
+
+
+def table(records: list[dict]) -> Table:
+    """The records as a Table (one row per cell)."""
+    rows = []
+    for r in records:
+        if r["status"] == "skipped":
+            rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
+                         "skipped", "", "", "", _mb(r["activation_bytes_model"]), ""))
+            continue
+        rows.append((
+            r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]), r["status"],
+            f"{r['step_time_s'] * 1e3:.2f}", f"{r['samples_per_s']:.0f}",
+            f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-",
+            _mb(r["activation_bytes"]) if r["activation_bytes"] is not None else f"({_mb(r['activation_bytes_model'])})",
+            f"{r['final_loss']:.3f}",
+        ))
+    cols = ("framework", "model", "precision", "batch", "width", "status", "ms/step", "samples/s",
+            "vs fp32", "activations MB", "final loss")
+    return Table(cols, tuple(rows), "labkit bench (activation MB in parentheses: modelled, not measured)")
+
+
+def _mb(n) -> str:
+    return f"{n / 1e6:.2f}"
+
+
+def plot(records: list[dict], path: str | None = None):
+    """Bar chart of speed-up vs fp32 per cell; saved to `path` if given. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    done = [r for r in records if r["status"] != "skipped" and r.get("speedup_vs_fp32")]
+    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(done) + 2), 3.2), dpi=90)
+    labels = [f"{r['framework']}\n{r['model']}\n{r['precision']}" for r in done]
+    ax.bar(range(len(done)), [r["speedup_vs_fp32"] for r in done], color="#4C78A8")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(done)), labels, fontsize=7)
+    ax.set_ylabel("speed-up vs fp32")
+    ax.set_title("Measured step-time speed-up (same framework, model and shape)", fontsize=9)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path)
+    plt.close(fig)
+    return fig

@@ -1,0 +1,93 @@
+"""labkit bench: real (tiny) runs, the records' schema, skips with reasons, the CLI."""
+
+import json
+
+import pytest
+
+from labkit import bench, cli, memory
+
+TINY = dict(batch_size=32, width=32, warmup=1, steps=2)
+FIELDS = {"framework", "precision", "model", "batch_size", "step_time_s", "samples_per_s", "speedup_vs_fp32",
+          "activation_bytes", "activation_bytes_model", "device", "status", "final_loss"}
+
+
+def test_cells_put_fp32_first_and_multiply_out():
+    plan = bench.cells("torch,jax", "bf16,fp32", "mlp", odd_sizes=True)
+    assert plan[:4] == [("torch", "mlp", "aligned", "fp32"), ("torch", "mlp", "aligned", "bf16"),
+                        ("torch", "mlp", "odd", "fp32"), ("torch", "mlp", "odd", "bf16")]
+    assert len(plan) == 8
+
+
+@pytest.mark.parametrize("args, match", [
+    (("mxnet", "fp32", "mlp"), "unknown framework 'mxnet'; choose from torch, jax, tf"),
+    (("torch", "fp8", "mlp"), "unknown precision 'fp8'"),
+    (("torch", "fp32", "resnet"), "unknown model 'resnet'"),
+    (("torch", "", "mlp"), "unknown precision"),
+])
+def test_bad_names_are_refused_with_the_choices(args, match):
+    with pytest.raises(ValueError, match=match):
+        bench.cells(*args)
+
+
+def test_default_shapes_are_aligned_and_odd_sizes_are_not():
+    assert bench.shape_of("mlp", "aligned", None, None) == (512, 2048)
+    assert bench.shape_of("mlp", "odd", None, None) == (511, 2047)
+    b, w = bench.shape_of("transformer", "odd", None, None)
+    assert (w // 4) % 2 == 1  # an odd head dimension
+
+
+def test_torch_cells_run_for_real_and_report_speedup_and_activations():
+    records = bench.bench("torch", "fp32,bf16", "mlp", **TINY)
+    assert [r["precision"] for r in records] == ["fp32", "bf16"]
+    for r in records:
+        assert FIELDS <= set(r) and r["status"] == "ok" and r["step_time_s"] > 0
+        assert r["samples_per_s"] == pytest.approx(32 / r["step_time_s"])
+        assert r["activation_bytes"] > 0 and r["activation_source"].startswith("measured")
+        assert r["activation_bytes_model"] == memory.activation_bytes("mlp", 32, r["precision"], 32)
+    fp32, bf16 = records
+    assert fp32["speedup_vs_fp32"] == 1.0
+    assert bf16["speedup_vs_fp32"] == pytest.approx(fp32["step_time_s"] / bf16["step_time_s"])
+    assert bf16["activation_bytes"] < fp32["activation_bytes"]
+
+
+def test_tf_fp16_on_a_cpu_is_skipped_with_the_reason():
+    pytest.importorskip("tensorflow")
+    if bench._tf_has_accelerator():
+        pytest.skip("TensorFlow sees a GPU or TPU here")
+    (rec,) = bench.bench("tf", "fp16", "mlp", **TINY)
+    assert rec["status"] == "skipped" and "no fp16 kernels" in rec["reason"]
+    assert "skipped" in bench.progress_line(rec) and "skipped" in str(bench.table([rec]))
+
+
+def test_a_device_that_is_not_here_is_a_skip_not_a_crash():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    (rec,) = bench.bench("torch", "fp32", "mlp", device="cuda", **TINY)
+    assert rec["status"] == "skipped" and "cuda" in rec["reason"].lower()
+
+
+def test_bad_step_counts():
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+        bench.bench("torch", "fp32", "mlp", steps=0)
+    with pytest.raises(ValueError, match="warmup must be a whole number >= 0"):
+        bench.bench("torch", "fp32", "mlp", warmup=-1)
+
+
+def test_cli_prints_a_line_per_cell_a_table_and_writes_json_and_plot(tmp_path, capsys):
+    out_json, out_png = tmp_path / "b.json", tmp_path / "b.png"
+    code = cli.main(["bench", "--framework", "torch", "--precision", "fp32,bf16", "--batch-size", "32",
+                     "--width", "32", "--steps", "2", "--warmup", "1", "--json", str(out_json),
+                     "--plot", str(out_png)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "[1/2] torch" in out and "[2/2] torch" in out and "ms/step" in out and "device: cpu" in out
+    records = json.loads(out_json.read_text())
+    assert [r["precision"] for r in records] == ["fp32", "bf16"] and FIELDS <= set(records[0])
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_refuses_bad_names_with_exit_code_2(capsys):
+    assert cli.main(["bench", "--framework", "mxnet"]) == 2
+    assert "choose from torch, jax, tf" in capsys.readouterr().err
