@@ -93,10 +93,17 @@ def seed004_memory_analysis(model_size, use_mixed_precision=True):
 def activation_elements(model: str, batch_size: int, width: int | None = None) -> dict[str, int]:
     """Elements autograd keeps for the backward pass of one step of a labkit model.
 
-    Counted per tensor that backward needs (a tensor shared by two ops counts once):
-    'compute' elements are stored in the compute dtype (2 bytes under bf16/fp16), 'fp32'
-    elements stay fp32 under autocast (softmax/log-softmax outputs, LayerNorm statistics,
-    the loss), 'index' elements are integer token ids (8 bytes in torch).
+    Counted per tensor that backward needs (a tensor two ops share counts once), in four
+    kinds: 'compute' elements are stored in the compute dtype (2 bytes under bf16/fp16);
+    'fp32' elements stay fp32 under autocast (LayerNorm inputs -- the residual stream is
+    fp32 -- and LayerNorm statistics); 'loss' elements are the log-softmax of the logits,
+    which the runners compute in fp32 in every precision; 'index' elements are token ids
+    and labels (int64 in torch). Checked against PyTorch's own count
+    (``saved_tensors_hooks``) in tests/train/test_memory_measured.py.
+
+    Attention probabilities count as 'compute': CPU autocast runs softmax in bf16. CUDA
+    autocast runs softmax in fp32 and keeps both the fp32 output and the bf16 copy the
+    next matmul takes: 4 more bytes per attention probability on a GPU.
     """
     from labkit.train.models import DEFAULT_WIDTH, N_CLASSES, N_PIXELS, transformer_shape
 
@@ -105,34 +112,32 @@ def activation_elements(model: str, batch_size: int, width: int | None = None) -
     b = batch_size
     if model == "mlp":
         w = width or DEFAULT_WIDTH["mlp"]
-        # input to dense1, ReLU outputs (also dense2's / out's inputs), log-softmax of the logits
-        return {"compute": b * (N_PIXELS + 2 * w), "fp32": b * N_CLASSES, "index": b}
+        # dense1's input, the two ReLU outputs (also the next layers' inputs), log-softmax
+        return {"compute": b * (N_PIXELS + 2 * w), "fp32": 0, "loss": b * N_CLASSES, "index": b}
     if model == "transformer":
         s = transformer_shape(width)
         t, d, h = N_PIXELS, s.d_model, s.heads
         per_block_compute = (
             b * t * d  # LN1 output (qkv's input)
             + b * t * 3 * d  # q, k, v
+            + b * h * t * t  # attention probabilities (softmax output, also the @v input)
             + b * t * d  # attention output (out-projection's input)
             + b * t * d  # LN2 output (fc1's input)
             + 2 * b * t * 4 * d  # fc1 output (GELU's input) and GELU output (fc2's input)
         )
-        per_block_fp32 = (
-            2 * b * t * d  # LayerNorm inputs, kept fp32 by autocast
-            + 2 * 2 * b * t  # LayerNorm mean and rstd
-            + b * h * t * t  # attention probabilities (softmax output)
-        )
+        per_block_fp32 = 2 * b * t * d + 2 * 2 * b * t  # LayerNorm inputs; their mean and rstd
         compute = s.layers * per_block_compute + b * d  # + the pooled features (head's input)
-        fp32 = s.layers * per_block_fp32 + b * d + 2 * b + b * N_CLASSES  # final LN, its stats, log-softmax
-        return {"compute": compute, "fp32": fp32, "index": b * t + b}
+        fp32 = s.layers * per_block_fp32 + b * d + 2 * b  # final LayerNorm: input, mean, rstd
+        return {"compute": compute, "fp32": fp32, "loss": b * N_CLASSES, "index": b * t + b}
     raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
 
 
 def activation_bytes(model: str, batch_size: int, precision: str, width: int | None = None) -> int:
     """Modelled bytes saved for backward in one step, for a labkit.train precision.
 
-    fp32/tf32: every element 4 bytes; fp16/bf16 (autocast): 'compute' elements 2 bytes,
-    'fp32' elements 4; bf16-pure: all float elements 2 bytes. Token ids: 8 bytes.
+    fp32/tf32: every float element 4 bytes; fp16/bf16 (autocast): 'compute' elements 2
+    bytes, 'fp32' and 'loss' elements 4; bf16-pure: 2 bytes but for the fp32 loss.
+    Token ids and labels: 8 bytes.
     """
     from labkit.train.config import PRECISIONS as RUN_PRECISIONS
 
@@ -141,4 +146,4 @@ def activation_bytes(model: str, batch_size: int, precision: str, width: int | N
     n = activation_elements(model, batch_size, width)
     compute_bytes = 4 if precision in ("fp32", "tf32") else 2
     fp32_bytes = 2 if precision == "bf16-pure" else 4
-    return n["compute"] * compute_bytes + n["fp32"] * fp32_bytes + n["index"] * 8
+    return n["compute"] * compute_bytes + n["fp32"] * fp32_bytes + n["loss"] * 4 + n["index"] * 8
