@@ -1,0 +1,278 @@
+"""PyTorch demonstrations for notebook 04 (seed 004), each a small function over real torch.
+
+* `autocast_dtypes` -- which ops autocast runs in bf16/fp16 and which it keeps in fp32,
+  read from the output dtypes of real calls on this device;
+* `stalled_updates` -- pure bf16 (``model.to(torch.bfloat16)``) rounds small updates
+  away; autocast with fp32 master weights keeps them;
+* `SafeLayerNorm` (seed 004's idea, corrected) next to `SeedSafeLayerNorm` (the seed's
+  code) and `compare_layer_norms`, which shows where a LayerNorm really breaks in fp16;
+* `runs_table` / `plot_runs` -- the closing comparison of fp32 / bf16 / fp16 / bf16-pure.
+
+>>> import torch
+>>> autocast_dtypes("cpu", torch.bfloat16)["linear"]
+('bfloat16', 'bfloat16')
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# -- which ops autocast lowers ----------------------------------------------------------
+_OPS = {
+    "linear": lambda a, w, y: F.linear(a, w),
+    "matmul": lambda a, w, y: a @ w.T,
+    "relu": lambda a, w, y: F.relu(a),
+    "gelu": lambda a, w, y: F.gelu(a),
+    "add": lambda a, w, y: a + a,
+    "exp": lambda a, w, y: a.exp(),
+    "pow": lambda a, w, y: a.pow(2),
+    "sum": lambda a, w, y: a.sum(),
+    "softmax": lambda a, w, y: F.softmax(a, dim=-1),
+    "log_softmax": lambda a, w, y: F.log_softmax(a, dim=-1),
+    "layer_norm": lambda a, w, y: F.layer_norm(a, a.shape[-1:]),
+    "cross_entropy": lambda a, w, y: F.cross_entropy(a, y),
+    "nll_loss": lambda a, w, y: F.nll_loss(a, y),
+    "mse_loss": lambda a, w, y: F.mse_loss(a, a.detach()),
+}
+
+
+def autocast_dtypes(device_type: str = "cpu", dtype: torch.dtype = torch.bfloat16) -> dict[str, tuple[str, str]]:
+    """Output dtype of common ops under ``torch.amp.autocast(device_type, dtype)``.
+
+    Each op is called twice: on float32 tensors, and on tensors already in `dtype` (as
+    they arrive inside a model, from a matmul autocast has lowered). Returns
+    ``{op: (dtype from fp32 inputs, dtype from low-precision inputs)}``. An op on
+    autocast's lower-precision list gives `dtype` both times; an op on its fp32 list
+    gives float32 both times; any other op just follows its inputs. The lists differ
+    between devices (``torch/csrc/autograd/autocast_mode`` registers them per device):
+    run this where you train.
+    """
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"autocast lowers to torch.bfloat16 or torch.float16, got {dtype}")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device_type 'cuda' needs a CUDA GPU; torch.cuda.is_available() is False here")
+    gen = torch.Generator().manual_seed(0)  # a private generator: the learner's RNG is left alone
+    a32 = torch.randn(8, 16, generator=gen).to(device_type)
+    w32 = torch.randn(16, 16, generator=gen).to(device_type)
+    y = torch.randint(0, 16, (8,), generator=gen).to(device_type)
+    out = {}
+    with torch.amp.autocast(device_type, dtype=dtype):
+        for name, op in _OPS.items():
+            from32 = op(a32, w32, y).dtype
+            fromlow = op(a32.to(dtype), w32.to(dtype), y).dtype
+            out[name] = (str(from32).removeprefix("torch."), str(fromlow).removeprefix("torch."))
+    return out
+
+
+# -- pure bf16 stalls small updates -----------------------------------------------------
+@dataclass(frozen=True)
+class StalledUpdates:
+    """Weight trajectories of `stalled_updates`: ``weights[mode][k]`` after k SGD steps."""
+
+    weight: float
+    update: float
+    weights: dict[str, np.ndarray]
+
+    @property
+    def bf16_spacing(self) -> float:
+        """The gap between bf16 numbers just below the starting weight: an update under half
+        of it is rounded away in pure bf16."""
+        return float(2.0 ** (math.frexp(self.weight)[1] - 1 - 8)) if self.weight > 0 else math.nan
+
+
+def stalled_updates(steps: int = 50, weight: float = 1.0, update: float = 1e-3) -> StalledUpdates:
+    """SGD (lr 1) on one weight whose gradient is `update`, in three precisions.
+
+    The weight sits in an ``nn.Linear(1, 1)`` fed x = 1 and the loss is
+    ``update * output``, so each step subtracts `update` (as rounded by the run's dtypes):
+
+    * ``"fp32"`` -- plain fp32;
+    * ``"bf16 autocast"`` -- forward under ``torch.amp.autocast("cpu", torch.bfloat16)``,
+      weight and optimizer in fp32: the fp32 master weight accumulates every update;
+    * ``"bf16-pure"`` -- ``layer.to(torch.bfloat16)``: ``w - 0.001`` is rounded back to bf16
+      each step, and below 1.0 bf16 numbers are 2**-8 = 0.0039 apart, so 0.999 rounds back
+      to 1.0: the weight never moves.
+
+    >>> r = stalled_updates(steps=3)
+    >>> r.weights["bf16-pure"].tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
+    for name, value in (("weight", weight), ("update", update)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    modes = {"fp32": (torch.float32, False), "bf16 autocast": (torch.float32, True), "bf16-pure": (torch.bfloat16, False)}
+    weights = {}
+    for mode, (dtype, autocast) in modes.items():
+        layer = nn.Linear(1, 1, bias=False, device="meta").to_empty(device="cpu")
+        with torch.no_grad():
+            layer.weight.fill_(weight)
+        layer.to(dtype)
+        opt = torch.optim.SGD(layer.parameters(), lr=1.0)
+        x = torch.ones(1, 1, dtype=dtype)
+        trace = [float(layer.weight.detach())]
+        for _ in range(steps):
+            opt.zero_grad(set_to_none=True)
+            with torch.amp.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = (layer(x) * update).sum()
+            loss.backward()
+            opt.step()
+            trace.append(float(layer.weight.detach()))
+        weights[mode] = np.array(trace)
+    return StalledUpdates(float(weight), float(update), weights)
+
+
+# -- LayerNorm in low precision ---------------------------------------------------------
+class SeedSafeLayerNorm(nn.Module):
+    """Seed 004's ``SafeLayerNorm``, verbatim. INCORRECT in two ways: ``x.var()`` is the
+    *unbiased* variance (divides by n - 1; ``nn.LayerNorm`` divides by n), and there is
+    no bias (beta) parameter."""
+
+    def __init__(self, hidden_size, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x):
+        x_fp32 = x.float()
+        mean = x_fp32.mean(dim=-1, keepdim=True)
+        var = x_fp32.var(dim=-1, keepdim=True)
+        x_norm = (x_fp32 - mean) / torch.sqrt(var + self.eps)
+        return (self.weight * x_norm).to(x.dtype)
+
+
+class SafeLayerNorm(nn.Module):
+    """A LayerNorm that computes in fp32 whatever its input, then returns the input's dtype.
+
+    Same result as ``nn.LayerNorm`` (biased variance, weight and bias). Note that
+    PyTorch's own ``layer_norm`` kernels already accumulate the statistics of fp16/bf16
+    inputs in fp32, and on CUDA autocast runs ``layer_norm`` in fp32 anyway: this class
+    matters for a *hand-written* norm, which is what the seed is guarding against.
+    """
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.bias = nn.Parameter(torch.zeros(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        mean = x32.mean(dim=-1, keepdim=True)
+        var = (x32 - mean).pow(2).mean(dim=-1, keepdim=True)  # biased, as nn.LayerNorm
+        y = (x32 - mean) * torch.rsqrt(var + self.eps) * self.weight.float() + self.bias.float()
+        return y.to(x.dtype)
+
+
+def naive_layer_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """LayerNorm written by hand in the input's own dtype: E[x^2] - E[x]^2, no fp32 anywhere."""
+    mean = x.mean(dim=-1, keepdim=True)
+    var = (x * x).mean(dim=-1, keepdim=True) - mean * mean
+    return (x - mean) / torch.sqrt(var + eps)
+
+
+def compare_layer_norms(dtype: torch.dtype = torch.float16, scale: float = 300.0, width: int = 64,
+                        rows: int = 8, seed: int = 0) -> dict[str, float]:
+    """Largest |error| of four LayerNorms against a float64 reference, on activations of
+    size ~`scale` stored in `dtype` (fp16 overflows once x*x > 65504, i.e. |x| > 256).
+
+    Returns ``{name: max abs error}`` (inf/nan when the output is not finite) for
+    ``"naive, in <dtype>"``, ``"nn.LayerNorm, in <dtype>"``, ``"SafeLayerNorm"`` and
+    ``"seed's SafeLayerNorm"``. Errors are measured on the output in `dtype`, so about
+    half an ulp of the normalised values (2**-11 in fp16, 2**-8 in bf16) is the floor.
+    """
+    if dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        raise ValueError(f"dtype must be torch.float16, torch.bfloat16 or torch.float32, got {dtype}")
+    gen = torch.Generator().manual_seed(seed)
+    x = (scale * (1 + 0.5 * torch.randn(rows, width, generator=gen, dtype=torch.float64))).to(dtype)
+    x64 = x.double()
+    ref = (x64 - x64.mean(-1, keepdim=True)) / torch.sqrt(x64.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    name = str(dtype).removeprefix("torch.")
+    with torch.no_grad():
+        outs = {
+            f"naive, in {name}": naive_layer_norm(x),
+            f"nn.LayerNorm, in {name}": nn.LayerNorm(width).to(dtype)(x),
+            "SafeLayerNorm": SafeLayerNorm(width)(x),
+            "seed's SafeLayerNorm": SeedSafeLayerNorm(width)(x),
+        }
+    return {k: float((v.double() - ref).abs().max()) for k, v in outs.items()}
+
+
+# -- the closing comparison -------------------------------------------------------------
+def runs_table(results) -> str:
+    """One row per RunResult: status, final loss, accuracy, step time and memory.
+
+    "final loss" is the mean of the last 10 losses; "ms/step" the median step time (first
+    step left out) and "speed" its ratio to the first run's; "states B/param" =
+    (weights + gradients + optimizer state) / parameters; "activ. KiB" and "copies KiB"
+    the bytes autograd saved for one step's backward pass: activations, and the 16-bit
+    weight copies autocast made (see `labkit.train.torch_runner.measure_memory`).
+    """
+    if not results:
+        raise ValueError("runs_table needs at least one RunResult")
+    base = results[0].median_step_time()
+    head = (f"{'precision':<10} {'status':<9} {'final loss':>10} {'accuracy':>8} {'ms/step':>8} {'speed':>6} "
+            f"{'skipped':>7} {'states B/param':>14} {'activ. KiB':>10} {'copies KiB':>10}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        mem = r.memory or {}
+        states = sum(mem.get(k, 0) for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes"))
+        acc = f"{r.metric['value']:.3f}" if r.metric else "-"
+        t = r.median_step_time()
+        lines.append(f"{r.config.precision:<10} {r.status:<9} {np.mean(r.losses[-10:]):>10.4f} {acc:>8} "
+                     f"{t * 1e3:>8.2f} {base / t:>5.2f}x {sum(r.skipped):>7} {states / _param_count(r):>14.1f} "
+                     f"{mem.get('saved_activation_bytes', 0) / 1024:>10.1f} {mem.get('saved_weight_copy_bytes', 0) / 1024:>10.1f}")
+    return "\n".join(lines)
+
+
+def _param_count(result) -> int:
+    from labkit.train import models
+
+    return models.count_params(models.init_params(result.config.model, width=result.config.width))
+
+
+_STYLES = ("-", "--", "-.", ":")
+
+
+def plot_runs(results, ax=None, smooth: int = 5):
+    """Loss curves of several runs overlaid (a moving average over `smooth` steps).
+
+    Each run gets its own line style, so curves that coincide (fp32 and bf16 autocast
+    often do) stay visible; the y axis is logarithmic when the loss spans a factor > 10.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.2), dpi=80)
+    lows, highs = [], []
+    for i, r in enumerate(results):
+        losses = np.asarray(r.losses, dtype=float)
+        k = max(1, min(smooth, len(losses)))
+        curve = np.convolve(losses, np.ones(k) / k, mode="valid")
+        ax.plot(np.arange(k - 1, len(losses)), curve, _STYLES[i % len(_STYLES)], lw=1.6,
+                label=f"{r.config.precision} ({r.status})")
+        finite = curve[np.isfinite(curve)]
+        if finite.size:
+            lows.append(finite.min())
+            highs.append(finite.max())
+    if lows and min(lows) > 0 and max(highs) / min(lows) > 10:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    from labkit.train.models import DEFAULT_WIDTH
+
+    cfg = results[0].config
+    ax.set(xlabel="step", ylabel=f"training loss ({smooth}-step mean)",
+           title=f"{cfg.framework} {cfg.model}, width {cfg.width or DEFAULT_WIDTH[cfg.model]}, batch {cfg.batch_size}")
+    ax.legend(frameon=False)
+    ax.grid(alpha=0.3)
+    return ax

@@ -1,0 +1,148 @@
+"""The notebook 04 demonstrations, run on real torch."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from labkit import scaling
+from labkit.train import RunConfig, run
+from labkit.train.torch_extras import (
+    SafeLayerNorm,
+    SeedSafeLayerNorm,
+    autocast_dtypes,
+    compare_layer_norms,
+    naive_layer_norm,
+    plot_runs,
+    runs_table,
+    stalled_updates,
+)
+
+
+# -- autocast's op lists ----------------------------------------------------------------
+@pytest.mark.parametrize("dtype, name", [(torch.bfloat16, "bfloat16"), (torch.float16, "float16")])
+def test_autocast_lowers_matmuls_and_keeps_losses_in_fp32_on_the_cpu(dtype, name):
+    got = autocast_dtypes("cpu", dtype)
+    assert got["linear"] == got["matmul"] == (name, name)  # the lower-precision list
+    for loss in ("cross_entropy", "nll_loss", "mse_loss"):  # the fp32 list
+        assert got[loss] == ("float32", "float32")
+    # on the CPU, softmax and layer_norm are on neither list: they follow their input
+    # (on CUDA they are on the fp32 list and would give float32 here)
+    for op in ("softmax", "log_softmax", "layer_norm", "sum", "exp", "relu"):
+        assert got[op] == ("float32", name)
+
+
+def test_autocast_dtypes_leaves_autocast_and_the_rng_as_they_were():
+    rng = torch.get_rng_state()
+    autocast_dtypes()
+    assert torch.equal(torch.get_rng_state(), rng) and not torch.is_autocast_enabled("cpu")
+
+
+def test_autocast_dtypes_refuses_what_autocast_does_not_do():
+    with pytest.raises(ValueError, match="bfloat16 or torch.float16"):
+        autocast_dtypes("cpu", torch.float64)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs a CUDA GPU"):
+            autocast_dtypes("cuda")
+
+
+# -- pure bf16 rounds small updates away ------------------------------------------------
+def test_pure_bf16_never_moves_while_fp32_master_weights_accumulate():
+    r = stalled_updates(steps=40, weight=1.0, update=1e-3)
+    assert set(r.weights) == {"fp32", "bf16 autocast", "bf16-pure"}
+    assert np.all(r.weights["bf16-pure"] == 1.0)  # every update rounded away
+    np.testing.assert_allclose(r.weights["fp32"], 1.0 - 1e-3 * np.arange(41), atol=1e-6)
+    # autocast computes the gradient in bf16 (within 2**-8 of 1e-3) and adds it to the fp32 weight
+    steps = -np.diff(r.weights["bf16 autocast"])
+    assert np.all(np.abs(steps - 1e-3) <= 1e-3 * 2.0**-8)
+    assert r.bf16_spacing == 2.0**-8 and r.update < r.bf16_spacing / 2
+
+
+def test_pure_bf16_moves_once_the_update_exceeds_half_the_spacing():
+    r = stalled_updates(steps=3, weight=1.0, update=3e-3)  # > 2**-9 = 0.00195: rounds to 1 - 2**-8
+    assert r.weights["bf16-pure"].tolist() == [1.0, 1 - 2**-8, 1 - 2 * 2**-8, 1 - 3 * 2**-8]
+
+
+@pytest.mark.parametrize("bad", [dict(steps=0), dict(steps=2.5), dict(update=math.nan), dict(weight="1")])
+def test_stalled_updates_refuses_bad_arguments(bad):
+    with pytest.raises(ValueError):
+        stalled_updates(**bad)
+
+
+# -- LayerNorm --------------------------------------------------------------------------
+def test_safe_layer_norm_equals_nn_layer_norm_and_keeps_the_input_dtype():
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(0))
+    ours, ref = SafeLayerNorm(32), nn.LayerNorm(32)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(1))
+        ours.bias.normal_(generator=torch.Generator().manual_seed(2))
+        ref.load_state_dict(ours.state_dict())
+        torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+        assert ours(x.to(torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_the_seeds_safe_layer_norm_uses_the_unbiased_variance():
+    n = 16
+    x = torch.randn(3, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with torch.no_grad():
+        seed = SeedSafeLayerNorm(n).double()(x)
+        right = nn.LayerNorm(n, dtype=torch.float64)(x)
+    # it divides by sqrt(n/(n-1)) too much (eps aside)
+    torch.testing.assert_close(seed, right * math.sqrt((n - 1) / n), rtol=1e-4, atol=1e-6)
+    assert not hasattr(SeedSafeLayerNorm(n), "bias")
+
+
+def test_a_hand_written_fp16_layer_norm_overflows_where_torchs_does_not():
+    errors = compare_layer_norms(torch.float16, scale=300.0)
+    assert math.isnan(errors["naive, in float16"]) or math.isinf(errors["naive, in float16"])
+    assert errors["nn.LayerNorm, in float16"] < 2e-3  # its kernel accumulates in fp32
+    assert errors["SafeLayerNorm"] == errors["nn.LayerNorm, in float16"]
+    assert 0.01 < errors["seed's SafeLayerNorm"] < 0.05  # the unbiased-variance bug, not rounding
+    assert compare_layer_norms(torch.float32)["seed's SafeLayerNorm"] > 0.01  # even in fp32
+
+
+def test_naive_layer_norm_is_right_in_fp32():
+    x = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(naive_layer_norm(x), nn.functional.layer_norm(x, (8,)), rtol=1e-4, atol=1e-4)
+
+
+# -- GradScaler agrees with labkit.scaling's torch preset --------------------------------
+def test_a_real_gradscaler_run_matches_the_torch_scaling_preset():
+    cfg = RunConfig("torch", "fp16", width=16, batch_size=8, steps=12, init_scale=2.0**12,
+                    inject_overflow=(1, 2, 7), progress=False)
+    res = run(cfg)
+    trace = scaling.simulate("torch", overflows=res.skipped, init_scale=2.0**12)
+    assert res.scales == trace.scales.tolist()
+    assert [not s for s in res.skipped] == trace.applied.tolist()
+
+
+# -- the closing comparison -------------------------------------------------------------
+def test_runs_table_and_plot_show_every_run(tmp_path):
+    cfg = RunConfig("torch", width=16, batch_size=8, steps=4, progress=False)
+    results = [run(cfg.replace(precision=p)) for p in ("fp32", "bf16-pure")]
+    table = runs_table(results).splitlines()
+    assert table[0].split()[:2] == ["precision", "status"] and len(table) == 4
+    fp32, pure = table[2].split(), table[3].split()
+    assert fp32[0] == "fp32" and pure[0] == "bf16-pure"
+    assert fp32[-3] == "16.0" and pure[-3] == "8.0"  # Adam: 16 bytes/param in fp32, 8 in pure bf16
+    assert fp32[-1] == pure[-1] == "0.0"  # no 16-bit weight copies without autocast
+    ax = plot_runs(results)
+    assert [line.get_label() for line in ax.get_lines()] == ["fp32 (ok)", "bf16-pure (ok)"]
+    ax.figure.savefig(tmp_path / "runs.png")
+    import matplotlib.pyplot as plt
+
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match="at least one"):
+        runs_table([])
+
+
+@pytest.mark.parametrize("module", ["labkit.train.torch_models", "labkit.train.torch_runner",
+                                    "labkit.train.torch_extras"])
+def test_the_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.failed == 0
