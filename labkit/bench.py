@@ -40,6 +40,42 @@ _MEASURED = {  # the memory() key that holds measured activation bytes, per fram
 }
 
 
+# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s; fp16 for
+# Volta/Turing, which have no bf16. Used only to report MFU when the device name matches.
+PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L4": 121.0, "A10G": 70.0,
+               "V100": 125.0, "T4": 65.0}
+
+
+def train_flops(model: str, batch_size: int, width: int | None = None) -> int:
+    """Matmul FLOPs of one training step: 3 x the forward pass (the backward pass does two
+    matmuls for each forward one), forward = 2 x multiply-adds. Element-wise work, norms and
+    softmax are left out, as MFU figures usually do (the "6 N D" convention: it also counts
+    the gradient with respect to the data, which a first layer does not need). Checked
+    against ``torch.utils.flop_counter.FlopCounterMode`` in the tests.
+
+    >>> train_flops("mlp", 1, 32) == 3 * 2 * (64 * 32 + 32 * 32 + 32 * 10)
+    True
+    """
+    from labkit.train.models import DEFAULT_WIDTH, N_CLASSES, N_PIXELS, transformer_shape
+
+    if model == "mlp":
+        w = width or DEFAULT_WIDTH["mlp"]
+        macs = N_PIXELS * w + w * w + w * N_CLASSES
+    elif model == "transformer":
+        s = transformer_shape(width)
+        t, d = N_PIXELS, s.d_model
+        macs = s.layers * t * (12 * d * d + 2 * t * d) + d * N_CLASSES
+    else:
+        raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
+    return 3 * 2 * macs * batch_size
+
+
+def peak_tflops(device: str) -> float | None:
+    """The chip's dense bf16 (fp16 before Ampere) peak, if the device description names a known GPU."""
+    text = device.upper().replace(" ", "")
+    return next((v for k, v in PEAK_TFLOPS.items() if k in text), None)
+
+
 def _split(values, allowed, what: str) -> list[str]:
     items = [v.strip() for v in values.split(",")] if isinstance(values, str) else list(values)
     bad = [v for v in items if v not in allowed]
@@ -113,6 +149,10 @@ def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *
             rec.update(status="skipped", reason=reason)
         else:
             rec.update(_measure(result, framework, b, warmup))
+            rec["flops_per_step"] = train_flops(model, b, w)
+            rec["achieved_tflops"] = rec["flops_per_step"] / rec["step_time_s"] / 1e12 if rec["step_time_s"] > 0 else None
+            peak = peak_tflops(rec["device"])
+            rec["mfu"] = rec["achieved_tflops"] / peak if peak and rec["achieved_tflops"] else None
             if precision == "fp32" and result.status == "ok":
                 baseline[(framework, model, shape)] = rec["step_time_s"]
             base = baseline.get((framework, model, shape))
@@ -145,7 +185,9 @@ def progress_line(rec: dict, index: int | None = None, total: int | None = None)
     if rec["status"] == "skipped":
         return f"{head}{name}  skipped: {rec['reason']}"
     speed = f"x{rec['speedup_vs_fp32']:.2f}" if rec.get("speedup_vs_fp32") else "  -  "
-    return f"{head}{name}  {rec['step_time_s'] * 1e3:9.2f} ms/step  {speed}  {rec['status']}"
+    mfu = f"  MFU {100 * rec['mfu']:.1f}%" if rec.get("mfu") else ""
+    return (f"{head}{name}  {rec['step_time_s'] * 1e3:9.2f} ms/step  {speed}  "
+            f"{rec['achieved_tflops'] * 1e3:.1f} GFLOP/s{mfu}  {rec['status']}")
 
 
 def table(records: list[dict]) -> Table:
@@ -154,17 +196,18 @@ def table(records: list[dict]) -> Table:
     for r in records:
         if r["status"] == "skipped":
             rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
-                         "skipped", "", "", "", _mb(r["activation_bytes_model"]), ""))
+                         "skipped", "", "", "", "", _mb(r["activation_bytes_model"]), ""))
             continue
         rows.append((
             r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]), r["status"],
             f"{r['step_time_s'] * 1e3:.2f}", f"{r['samples_per_s']:.0f}",
             f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-",
+            f"{r['achieved_tflops'] * 1e3:.1f}" + (f" ({100 * r['mfu']:.0f}% MFU)" if r.get("mfu") else ""),
             _mb(r["activation_bytes"]) if r["activation_bytes"] is not None else f"({_mb(r['activation_bytes_model'])})",
             f"{r['final_loss']:.3f}",
         ))
     cols = ("framework", "model", "precision", "batch", "width", "status", "ms/step", "samples/s",
-            "vs fp32", "activations MB", "final loss")
+            "vs fp32", "GFLOP/s", "activations MB", "final loss")
     return Table(cols, tuple(rows), "labkit bench (activation MB in parentheses: modelled, not measured)")
 
 

@@ -91,3 +91,29 @@ def test_cli_prints_a_line_per_cell_a_table_and_writes_json_and_plot(tmp_path, c
 def test_cli_refuses_bad_names_with_exit_code_2(capsys):
     assert cli.main(["bench", "--framework", "mxnet"]) == 2
     assert "choose from torch, jax, tf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model, width, batch", [("mlp", 48, 16), ("transformer", 32, 4)])
+def test_train_flops_match_torch_flop_counter(model, width, batch):
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from labkit.train import models
+    from labkit.train.torch_models import build
+
+    net = build(model, models.init_params(model, seed=0, width=width))
+    x = torch.rand(batch, 64)
+    if model == "transformer":
+        x = torch.round(x * 16).long()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        torch.nn.functional.cross_entropy(net(x), torch.zeros(batch, dtype=torch.long)).backward()
+    # FlopCounterMode counts every matmul, forward and backward; the input layer's
+    # gradient with respect to the data is not computed (x needs no grad), so leave it out.
+    first_layer_input_grad = 2 * batch * 64 * width if model == "mlp" else 0
+    assert bench.train_flops(model, batch, width) - first_layer_input_grad == counter.get_total_flops()
+
+
+def test_mfu_is_reported_only_for_known_chips():
+    assert bench.peak_tflops("cuda:0 (NVIDIA H200, compute capability 9.0)") == 989.4
+    assert bench.peak_tflops("cpu (AMD EPYC)") is None
