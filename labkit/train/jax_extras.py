@@ -1,0 +1,337 @@
+"""Teaching helpers for the JAX/Flax notebook (06): seed 000's code, runnable and checked.
+
+* `SimpleDense` and `predict` are seed 000's two examples (a Flax module with
+  ``param_dtype``/``dtype``; manual casting without a library), kept as the seed wrote them
+  but with its comments corrected: a gradient taken w.r.t. float32 parameters is float32.
+* `dtype_tree`, `ops_by_dtype`: which dtype each parameter has, and in which dtype each
+  traced operation computes (from ``jax.make_jaxpr``).
+* `scaled_gradients`: gradients through fp16 with a *real* jmp loss scale, unscaled, and
+  whether they are finite; `gradient_error` compares them with float32 gradients.
+* `jmp_and_flax_scales`: jmp's and Flax's own dynamic loss scales on one overflow pattern.
+* `moved_fraction`: how much of a parameter tree an update really changed (the stalled
+  updates of pure bf16).
+* `hlo_summary`: the dots and converts in XLA's *compiled* HLO -- what really runs.
+* `run_table`, `plot_runs`: one run per precision, side by side.
+
+>>> import jax, jax.numpy as jnp
+>>> model = SimpleDense(features=5)
+>>> params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 10), jnp.bfloat16))["params"]
+>>> dtype_tree(params)
+{'dense_layer': {'bias': 'float32', 'kernel': 'float32'}}
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import jmp
+import numpy as np
+
+
+# -- seed 000, as written (comments corrected) ----------------------------------------------
+class SimpleDense(nn.Module):
+    """Seed 000's module: float32 parameters (``param_dtype``), bfloat16 compute (``dtype``).
+
+    ``nn.Dense(dtype=bfloat16)`` casts the input, the float32 kernel and the bias to bfloat16
+    before the matmul, so the output is bfloat16 while the stored parameters stay float32.
+    """
+
+    features: int
+    param_dtype: Any = jnp.float32  # master weights in float32
+    dtype: Any = jnp.bfloat16  # computation in bfloat16
+
+    @nn.compact
+    def __call__(self, x):
+        x = x.astype(self.dtype)  # the input is cast to the compute dtype
+        y = nn.Dense(features=self.features, param_dtype=self.param_dtype, dtype=self.dtype,
+                     name="dense_layer")(x)  # float32 kernel, bfloat16 matmul and result
+        return nn.relu(y)  # still bfloat16
+
+
+def predict(params_f32, inputs_bf16):
+    """Seed 000's manual casting: a list of float32 (W, b) layers, computed in bfloat16.
+
+    Gradients of a loss of this function w.r.t. ``params_f32`` are float32: the backward
+    pass of ``astype(bfloat16)`` casts the cotangent back to the parameter's dtype.
+    """
+    activations = inputs_bf16
+    for w_f32, b_f32 in params_f32:
+        w_bf16 = w_f32.astype(jnp.bfloat16)  # cast the weights for the computation
+        b_bf16 = b_f32.astype(jnp.bfloat16)
+        outputs = jnp.dot(activations, w_bf16) + b_bf16  # bfloat16 matmul
+        activations = jax.nn.relu(outputs)
+    return activations  # bfloat16
+
+
+# -- dtypes --------------------------------------------------------------------------------
+def dtype_tree(tree):
+    """The same tree with each array replaced by its dtype's name."""
+    return jax.tree_util.tree_map(lambda a: str(jnp.asarray(a).dtype), tree)
+
+
+def _equations(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)  # ClosedJaxpr -> Jaxpr
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+_STRUCTURE = {"pjit", "jit", "custom_jvp_call", "custom_vjp_call", "closed_call", "remat", "checkpoint"}
+
+
+def ops_by_dtype(fn: Callable, *args) -> dict[str, list[str]]:
+    """Trace ``fn(*args)`` and group its float operations by the dtype they compute in.
+
+    Returns {dtype name: sorted names of the primitives producing that dtype}; a
+    ``convert_element_type`` is listed under the dtype it converts *to*. Only floating
+    outputs count (integer index arithmetic is left out), and the wrappers that only
+    structure a jaxpr (pjit, custom_jvp_call) are skipped in favour of what they contain.
+    """
+    jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    found: dict[str, set] = {}
+    for eqn in _equations(jaxpr):
+        if eqn.primitive.name in _STRUCTURE:
+            continue
+        for var in eqn.outvars:
+            dtype = getattr(var.aval, "dtype", None)
+            if dtype is not None and jnp.issubdtype(dtype, jnp.floating):
+                found.setdefault(str(dtype), set()).add(eqn.primitive.name)
+    return {k: sorted(v) for k, v in sorted(found.items())}
+
+
+# -- loss scaling --------------------------------------------------------------------------
+def scaled_gradients(loss_fn: Callable, params, loss_scale) -> tuple[Any, bool]:
+    """Gradients of ``loss_fn(params)`` with a jmp loss scale, as seed 000's four steps say.
+
+    1. scale the loss (``loss_scale.scale``), 2. differentiate, 3. unscale the gradients
+    (``loss_scale.unscale``); then check them with ``jmp.all_finite``. Returns
+    ``(grads, finite)``; step 4, the update, is the caller's (skip it when not finite).
+    ``loss_scale`` is any jmp scale: ``jmp.NoOpLossScale()``, ``jmp.StaticLossScale(S)``,
+    ``jmp.DynamicLossScale(S)``.
+    """
+    grads = jax.grad(lambda p: loss_scale.scale(loss_fn(p)))(params)
+    grads = loss_scale.unscale(grads)
+    return grads, bool(jmp.all_finite(grads))
+
+
+@dataclass(frozen=True)
+class GradientError:
+    """How a low-precision gradient compares with a float32 reference, over all entries.
+
+    underflow: the fraction of entries nonzero in the reference that came out exactly zero;
+    nonfinite: the fraction of entries that are inf or NaN;
+    max_rel_error: the largest |g - ref| / |ref| over entries nonzero in the reference.
+    """
+
+    dtype: str
+    underflow: float
+    nonfinite: float
+    max_rel_error: float
+
+
+def gradient_error(grads, reference) -> GradientError:
+    """Compare gradient tree `grads` with `reference` (same structure), entry by entry."""
+    g = np.concatenate([np.asarray(a, np.float64).ravel() for a in jax.tree_util.tree_leaves(grads)])
+    r = np.concatenate([np.asarray(a, np.float64).ravel() for a in jax.tree_util.tree_leaves(reference)])
+    if g.shape != r.shape:
+        raise ValueError(f"grads and reference differ in size: {g.size} vs {r.size} entries")
+    nonzero = r != 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        rel = np.abs(g[nonzero] - r[nonzero]) / np.abs(r[nonzero])
+    rel = np.where(np.isnan(rel), np.inf, rel)
+    dtypes = sorted({str(jnp.asarray(a).dtype) for a in jax.tree_util.tree_leaves(grads)})
+    return GradientError(
+        dtype="/".join(dtypes),
+        underflow=float(np.mean(g[nonzero] == 0)) if nonzero.any() else 0.0,
+        nonfinite=float(np.mean(~np.isfinite(g))),
+        max_rel_error=float(rel.max()) if rel.size else 0.0,
+    )
+
+
+def jmp_trajectory(loss_fn: Callable, params, loss_scale, steps: int) -> list[dict]:
+    """Repeat `scaled_gradients` on the same loss, adjusting a real jmp scale after each.
+
+    Each row: step, the scale used, whether the gradients were finite, and so whether the
+    update would be applied (``jmp.select_tree(finite, new, old)``). With a
+    ``jmp.DynamicLossScale`` that starts too high this shows it halving until the
+    gradients fit in float16.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
+    rows = []
+    for i in range(steps):
+        _, finite = scaled_gradients(loss_fn, params, loss_scale)
+        rows.append({"step": i, "scale": float(loss_scale.loss_scale), "finite": finite, "applied": finite})
+        loss_scale = loss_scale.adjust(jnp.asarray(finite))
+    return rows
+
+
+def jmp_and_flax_scales(overflows, init_scale: float = 2.0**15, period: int = 2000) -> list[dict]:
+    """Replay an overflow pattern through jmp's and Flax's dynamic loss scales, side by side.
+
+    Both are the real objects: ``jmp.DynamicLossScale(init_scale, period=period)`` adjusted
+    with each step's finiteness, and ``flax.training.dynamic_scale.DynamicScale(scale=init_scale,
+    growth_interval=period)`` whose ``value_and_grad`` differentiates a function that yields an
+    inf gradient on the steps marked True. Each row: step, overflow, and the scale each used.
+
+    Both halve on an overflow and reset their count; they differ in when they grow: jmp
+    doubles after ``period`` finite steps in a row, Flax after ``period + 1`` (it grows when
+    its count of finite steps *equals* ``growth_interval``, then resets it).
+    """
+    from flax.training.dynamic_scale import DynamicScale
+
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise ValueError(f"period must be a whole number >= 1, got {period!r}")
+    flags = [bool(o) for o in overflows]
+    jmp_scale = jmp.DynamicLossScale(jnp.float32(init_scale), period=period)
+    flax_scale = DynamicScale(growth_interval=period, scale=float(init_scale))
+    grad_fn = jax.jit(lambda ds, bad: ds.value_and_grad(lambda p: p * jnp.where(bad, jnp.inf, 1.0))(
+        jnp.float32(1)))
+    rows = []
+    for step, bad in enumerate(flags):
+        rows.append({"step": step, "overflow": bad,
+                     "jmp": float(jmp_scale.loss_scale), "flax": float(flax_scale.scale)})
+        flax_scale, finite, _, _ = grad_fn(flax_scale, jnp.asarray(bad))
+        jmp_scale = jmp_scale.adjust(jnp.asarray(not bad))
+        if bool(finite) == bad:  # the premise of the replay: Flax sees exactly the marked overflows
+            raise RuntimeError(f"step {step}: Flax's DynamicScale saw finite={bool(finite)} for overflow={bad}")
+    return rows
+
+
+# -- pure bf16 -------------------------------------------------------------------------------
+def moved_fraction(before, after) -> float:
+    """The fraction of parameter entries that an update changed at all (0.0 .. 1.0)."""
+    b = jax.tree_util.tree_leaves(before)
+    a = jax.tree_util.tree_leaves(after)
+    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
+        raise ValueError("before and after must be parameter trees of the same structure and shapes")
+    changed = sum(int(np.sum(np.asarray(x) != np.asarray(y))) for x, y in zip(a, b))
+    total = sum(int(np.size(x)) for x in b)
+    return changed / total if total else 0.0
+
+
+# -- compiled HLO ----------------------------------------------------------------------------
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>\([^=]*?\)|\S+)\s+"
+                    r"(?P<op>[\w\-]+)\((?P<rest>.*)$")
+_ELEMENT = re.compile(r"\(?\s*(\w+)\[")  # f32[64,64]{1,0} -> f32; (bf16[..], s8[..]) -> bf16
+_LIBRARY_MATMUL = re.compile(r"gemm|matmul|dot", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class HloSummary:
+    """The matrix multiplies and dtype conversions in an optimised (compiled) HLO module.
+
+    dots: Counter of "lhs x rhs -> result" element types of every ``dot``, e.g.
+      {"f32 x f32 -> f32": 8}; a matmul the backend hands to a library (a ``custom-call``
+      such as GPU's ``__cublas$gemm``) is listed with its target in brackets.
+    converts: Counter of "from->to", e.g. {"bf16->f32": 40}.
+    """
+
+    dots: Counter = field(default_factory=Counter)
+    converts: Counter = field(default_factory=Counter)
+
+    def __str__(self) -> str:
+        dots = ", ".join(f"{n} x ({k})" for k, n in sorted(self.dots.items())) or "none"
+        conv = ", ".join(f"{n} x {k}" for k, n in sorted(self.converts.items())) or "none"
+        return f"dots: {dots}; converts: {conv}"
+
+
+def hlo_summary(hlo_text: str) -> HloSummary:
+    """Read the dots and converts out of ``compiled.as_text()`` (optimised HLO text).
+
+    Use the *compiled* text (``jax.jit(f).lower(*args).compile().as_text()``), not the
+    lowered StableHLO: only the compiled module shows what the backend does with a bf16
+    dot (on XLA:CPU it converts both operands to f32, multiplies in f32, converts back).
+    """
+    if not isinstance(hlo_text, str):
+        raise TypeError(f"hlo_summary takes HLO text (compiled.as_text()), got {type(hlo_text).__name__}")
+    types: dict[str, str] = {}
+    ops = []
+    for line in hlo_text.splitlines():
+        m = _INSTR.match(line)
+        element = _ELEMENT.match(m["type"]) if m else None
+        if element:
+            types[m["name"]] = element.group(1)
+            operands = re.findall(r"%([\w.\-]+)", m["rest"].split(")", 1)[0])
+            target = re.search(r'custom_call_target="([^"]+)"', m["rest"])
+            ops.append((element.group(1), m["op"], operands, target.group(1) if target else ""))
+    dots, converts = Counter(), Counter()
+    for etype, opcode, operands, target in ops:
+        library = opcode == "custom-call" and _LIBRARY_MATMUL.search(target)
+        if (opcode == "dot" or library) and len(operands) >= 2:
+            lhs, rhs = (types.get(o, "?") for o in operands[:2])
+            dots[f"{lhs} x {rhs} -> {etype}" + (f" ({target})" if library else "")] += 1
+        elif opcode == "convert" and operands:
+            converts[f"{types.get(operands[0], '?')}->{etype}"] += 1
+    return HloSummary(dots, converts)
+
+
+# -- runs side by side -------------------------------------------------------------------------
+def run_table(results) -> str:
+    """A plain-text table of RunResults: loss, accuracy, step time, memory, skipped steps."""
+    head = (f"{'precision':<10} {'model':<11} {'status':<8} {'final loss':>10} {'accuracy':>8} "
+            f"{'median step':>11} {'1st step':>8} {'params+opt':>10} {'step temp':>10} {'skipped':>7}")
+    lines = [head, "-" * len(head)]
+    for r in results:
+        mem = r.memory or {}
+        acc = f"{r.metric['value']:.3f}" if r.metric else "-"
+        first = f"{r.step_times[0]:.2f} s" if r.step_times else "-"
+        state = mem.get("parameter_bytes", 0) + mem.get("optimizer_state_bytes", 0)
+        lines.append(
+            f"{r.config.precision:<10} {r.config.model:<11} {r.status:<8} {r.final_loss:>10.4f} {acc:>8} "
+            f"{r.median_step_time() * 1e3:>8.2f} ms {first:>8} {_kib(state):>10} "
+            f"{_kib(mem.get('step_temp_bytes')):>10} {sum(r.skipped):>7}")
+    return "\n".join(lines)
+
+
+def _kib(n) -> str:
+    return "-" if n is None else f"{n / 1024:.0f} KiB"
+
+
+def plot_runs(results, title: str = "", dpi: int = 80):
+    """Loss curves overlaid (left, log scale) and median step time per run (right).
+
+    Each run gets its own line style, so curves that coincide stay visible; skipped steps
+    (fp16 overflows) are marked with an x. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_time) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi,
+                                           gridspec_kw={"width_ratios": [2, 1]})
+    styles = ("-", "--", "-.", ":")
+    for i, r in enumerate(results):
+        ax_loss.plot(r.losses, styles[i % len(styles)], label=r.config.precision, lw=1.4)
+        for step, skipped in enumerate(r.skipped):
+            if skipped:
+                ax_loss.plot(step, r.losses[step], "kx", ms=6)
+    ax_loss.set_yscale("log")
+    ax_loss.set(xlabel="step", ylabel="training loss (log scale)", title=title or "training loss per step")
+    ax_loss.legend(frameon=False)
+    names = [r.config.precision for r in results]
+    times = [r.median_step_time() * 1e3 for r in results]
+    ax_time.barh(names, times, color="tab:gray")
+    ax_time.invert_yaxis()
+    ax_time.set(xlabel="median step time (ms)", title="speed on this device")
+    finite = [t for t in times if math.isfinite(t)]
+    if finite:
+        ax_time.set_xlim(0, 1.25 * max(finite))  # room for the labels
+    for i, t in enumerate(times):
+        if math.isfinite(t):
+            ax_time.text(t, i, f" {t:.2f}", va="center", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+__all__ = ["GradientError", "HloSummary", "SimpleDense", "dtype_tree", "gradient_error", "hlo_summary",
+           "jmp_and_flax_scales", "jmp_trajectory", "moved_fraction", "ops_by_dtype", "plot_runs", "predict",
+           "run_table", "scaled_gradients"]

@@ -1,0 +1,111 @@
+"""Notebook 05's teaching helpers, against real Keras: the claims the notebook prints are checked here."""
+
+import doctest
+import math
+
+import matplotlib
+import numpy as np
+import pytest
+
+from labkit.train import RunConfig, run
+from labkit.train import tf_extras as E
+from labkit.train.tf_models import keras
+
+matplotlib.use("Agg")
+
+TINY = dict(framework="tf", width=32, batch_size=16, progress=False)
+
+
+def seed_model(policy):
+    """Seed 003's model, with the BatchNormalization and Softmax it talks about."""
+    with E.global_policy(policy):
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(512, activation="relu"),
+                                  keras.layers.BatchNormalization(), keras.layers.Dense(10), keras.layers.Softmax()])
+        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="sparse_categorical_crossentropy")
+    return model
+
+
+def test_global_policy_is_restored_even_when_the_block_fails():
+    with pytest.raises(RuntimeError, match="boom"):
+        with E.global_policy("mixed_float16") as policy:
+            assert policy.name == "mixed_float16"
+            raise RuntimeError("boom")
+    assert keras.mixed_precision.global_policy().name == "float32"
+    with pytest.raises(TypeError, match="policy name must be a str"):
+        with E.global_policy(16):
+            pass
+
+
+def test_compile_adds_a_loss_scale_optimizer_for_mixed_float16_only():
+    assert type(seed_model("mixed_float16").optimizer).__name__ == "LossScaleOptimizer"
+    assert type(seed_model("mixed_bfloat16").optimizer).__name__ == "Adam"
+    assert type(seed_model("float32").optimizer).__name__ == "Adam"
+
+
+def test_mixed_bfloat16_computes_batchnorm_and_softmax_in_bfloat16():
+    rows = {r["class"]: r for r in E.layer_dtypes(seed_model("mixed_bfloat16"))}
+    for cls in ("Dense", "BatchNormalization", "Softmax"):
+        assert rows[cls]["compute"] == rows[cls]["output"] == "bfloat16", cls
+    assert rows["Dense"]["variables"] == rows["BatchNormalization"]["variables"] == ["float32"]
+    assert rows["Softmax"]["variables"] == ["-"]
+    table = E.format_layer_dtypes(seed_model("float32"))
+    assert "bfloat16" not in table and table.splitlines()[0].split() == [
+        "layer", "class", "policy", "variables", "compute", "output"]
+    with pytest.raises(TypeError, match="built keras.Model"):
+        E.layer_dtypes("model")
+
+
+def test_normalization_layers_take_their_statistics_in_float32():
+    got = E.normalization_check()
+    exact = got["float64 (exact)"]
+    stepwise = got["step by step in bfloat16"]
+    assert np.abs(stepwise - exact).max() > 0.3  # bfloat16 statistics would be badly off
+    for name in ("BatchNormalization (mixed_bfloat16)", "LayerNormalization (mixed_bfloat16)"):
+        np.testing.assert_allclose(got[name], exact, rtol=2**-8)  # float32 inside, bf16 rounding out
+    with pytest.raises(ValueError, match="one row"):
+        E.normalization_check([1.0])
+
+
+def test_a_float16_softmax_flushes_small_probabilities_to_zero():
+    probs = E.softmax_probabilities([12.0, 0.0, -8.0, 3.0])
+    assert probs["mixed_float16"][2] == 0.0 and probs["mixed_float16"][0] == 1.0
+    assert probs["float32"][2] == pytest.approx(2.06e-9, rel=1e-2)
+    np.testing.assert_allclose(probs["float32"], probs["float64 (exact)"], rtol=1e-5)
+    table = E.softmax_table([12.0, 0.0, -8.0, 3.0])
+    assert table.count("-inf") == 1
+    with pytest.raises(ValueError, match="one row"):
+        E.softmax_probabilities([[1.0, 2.0]])
+
+
+def test_moved_fraction_shows_pure_bf16_adam_standing_still():
+    cfg = RunConfig(**TINY, precision="bf16-pure")
+    assert set(E.moved_fraction(cfg, steps=2).values()) == {0.0}
+    moved = E.moved_fraction(cfg.replace(precision="bf16"), steps=2, names=["dense1/kernel", "out/bias"])
+    assert list(moved) == ["dense1/kernel", "out/bias"] and min(moved.values()) > 0.5
+    with pytest.raises(ValueError, match="framework='tf'"):
+        E.moved_fraction(RunConfig("torch"))
+    with pytest.raises(ValueError, match="steps must be"):
+        E.moved_fraction(cfg, steps=0)
+
+
+def test_run_with_xla_is_a_real_run():
+    cfg = RunConfig(**TINY, steps=2)
+    res = E.run_with_xla(cfg)
+    assert res.status == "ok" and res.steps_done == 2
+    with pytest.raises(ValueError, match="framework='tf'"):
+        E.run_with_xla(RunConfig("jax"))
+
+
+def test_run_table_and_plot_show_every_run():
+    results = [run(RunConfig(**TINY, precision=p, steps=2)) for p in ("fp32", "bf16")]
+    table = E.run_table(results).splitlines()
+    assert [line.split()[0] for line in table[2:]] == ["fp32", "bf16"]
+    assert all("ok" in line and "KiB" in line for line in table[2:])
+    fig = E.plot_runs(results, title="t")
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["fp32", "bf16"]
+    assert len(ax.get_lines()[0].get_ydata()) == 2 and math.isclose(fig.dpi, 80)
+
+
+def test_the_docstring_examples_run():
+    assert doctest.testmod(E).failed == 0

@@ -1,0 +1,380 @@
+"""The TensorFlow / Keras runner: real TensorFlow on the CPU, no mocks.
+
+Small models and few steps: every test trains for real. TensorFlow's float16 has no
+arithmetic units on an x86 CPU, so the fp16 runs here are a handful of steps of a narrow MLP.
+"""
+
+import doctest
+import functools
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from labkit import scaling
+from labkit.train import RunConfig, run
+from labkit.train import data as D
+from labkit.train import models as M
+from labkit.train import tf_models as TM
+from labkit.train import tf_runner
+from labkit.train.loop import train
+from labkit.train.tf_models import keras, tf
+from labkit.train.tf_runner import make_stepper
+
+TINY = dict(framework="tf", width=32, batch_size=16, progress=False)
+TINY_TRANSFORMER = dict(TINY, model="transformer", width=16, batch_size=4)
+
+
+def tiny(**changes) -> RunConfig:
+    base = TINY_TRANSFORMER if changes.get("model") == "transformer" else TINY
+    return RunConfig(**{**base, **changes})
+
+
+def first_batch(cfg):
+    data = D.load(cfg.dataset, seed=cfg.seed)
+    return data, next(D.batches(data, cfg.batch_size, seed=cfg.seed))
+
+
+# -- the Keras models ----------------------------------------------------------------------
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_fp32_forward_at_init_matches_the_float64_reference(model):
+    params = M.init_params(model, seed=1, width=32)
+    keras_model = TM.build(model, "fp32", width=32)
+    TM.load_params(keras_model, params)
+    x = D.load("digits").x_test[:8]
+    got = np.asarray(keras_model(TM.model_inputs(model, x)), np.float64)
+    np.testing.assert_allclose(got, M.reference_logits(model, params, x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_every_init_param_lands_in_its_keras_variable(model):
+    params = M.init_params(model, seed=0, width=16)
+    keras_model = TM.build(model, "bf16", width=16)
+    TM.load_params(keras_model, params)
+    variables = TM.variable_map(keras_model)
+    assert list(variables) == list(params)
+    assert len(keras_model.weights) == len(params)  # nothing left out, nothing extra
+    for name, value in params.items():
+        np.testing.assert_array_equal(variables[name].numpy(), value)
+
+
+def test_load_params_refuses_params_of_another_model():
+    keras_model = TM.build("mlp", "fp32", width=16)
+    with pytest.raises(ValueError, match="parameter names differ"):
+        TM.load_params(keras_model, M.init_params("transformer", width=16))
+    with pytest.raises(ValueError, match="dense1/kernel: model shape"):
+        TM.load_params(keras_model, M.init_params("mlp", width=8))
+
+
+def test_gelu_is_the_exact_erf_form_not_the_tanh_approximation():
+    x = np.linspace(-3, 3, 13).astype(np.float32)
+    exact = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    np.testing.assert_allclose(np.asarray(TM.gelu_exact(x)), exact, atol=1e-6)
+    tanh_form = np.asarray(keras.activations.gelu(x, approximate=True))
+    assert np.abs(tanh_form - exact).max() > 1e-4  # the test above can tell them apart
+
+
+@pytest.mark.parametrize(
+    "precision, body, head_variables",
+    [("fp32", "float32", "float32"), ("fp16", "float16", "float32"), ("bf16", "bfloat16", "float32"),
+     ("bf16-pure", "bfloat16", "bfloat16")],
+)
+def test_policies_put_the_body_in_low_precision_and_keep_the_head_in_float32(precision, body, head_variables):
+    model = TM.build("transformer", precision, width=16)
+    layers = {layer.name: layer for layer in model.layers}
+    assert layers["block0_fc1"].compute_dtype == body
+    assert layers["block0_fc1"].variable_dtype == ("bfloat16" if precision == "bf16-pure" else "float32")
+    assert layers["head"].compute_dtype == head_variables and layers["head"].variable_dtype == head_variables
+    assert model.output.dtype == head_variables
+    assert keras.mixed_precision.global_policy().name == "float32"  # per layer, never global
+
+
+# -- every precision, real steps -------------------------------------------------------------
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16", "bf16-pure"])
+def test_every_precision_trains_a_few_real_steps(model, precision):
+    res = run(tiny(model=model, precision=precision, steps=3))
+    assert res.status == "ok" and res.steps_done == 3
+    assert all(math.isfinite(v) for v in res.losses)
+    assert res.device.startswith("cpu (") and "tensorflow" in res.device
+    assert 0.0 <= res.metric["value"] <= 1.0
+    assert res.memory["parameter_bytes"] > 0
+    if precision != "fp16":
+        assert res.scales == [] and res.skipped == [False] * 3
+        assert all(math.isfinite(v) for v in res.grad_norms)
+        return
+    # Keras' default scale 2**15 can overflow float16 on the first steps (the transformer's
+    # scaled gradients exceed 65504): those steps are skipped, as Keras' rule says.
+    assert res.scales[0] == 2.0**15 and res.scales == scaling.simulate("keras", overflows=res.skipped).scales.tolist()
+    assert all(math.isfinite(g) != s for g, s in zip(res.grad_norms, res.skipped))
+    assert not res.skipped[-1]
+
+
+def test_the_same_config_gives_the_same_losses():
+    cfg = tiny(model="transformer", precision="bf16", steps=3)
+    a, b = run(cfg), run(cfg)
+    assert a.losses == b.losses and a.grad_norms == b.grad_norms
+    assert run(cfg.replace(seed=1)).losses != a.losses
+
+
+def test_the_first_loss_is_the_loss_of_the_reference_model():
+    cfg = tiny(steps=1)
+    _, (x, y) = first_batch(cfg)
+    logits = M.reference_logits("mlp", M.init_params("mlp", cfg.seed, cfg.width), x)
+    logp = logits - logits.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    assert run(cfg).losses[0] == pytest.approx(-logp[np.arange(len(y)), y].mean(), abs=1e-5)
+
+
+def test_tf32_changes_nothing_on_a_cpu():
+    assert run(tiny(precision="tf32", steps=3)).losses == run(tiny(precision="fp32", steps=3)).losses
+
+
+def test_bf16_trains_to_nearly_the_fp32_loss():
+    cfg = RunConfig("tf", "fp32", width=64, steps=60, progress=False)
+    fp32, bf16 = run(cfg), run(cfg.replace(precision="bf16"))
+    assert np.mean(fp32.losses[-10:]) < 0.6 * fp32.losses[0]  # it really learns
+    assert abs(np.mean(bf16.losses[-10:]) - np.mean(fp32.losses[-10:])) < 0.05
+    assert abs(bf16.metric["value"] - fp32.metric["value"]) < 0.05
+
+
+def test_xla_compiled_step_gives_the_plain_steps_losses():
+    cfg = tiny(steps=3)
+    plain = run(cfg)
+    xla = train(cfg, functools.partial(make_stepper, jit_compile=True))
+    np.testing.assert_allclose(xla.losses, plain.losses, rtol=1e-5)
+
+
+# -- loss scaling ----------------------------------------------------------------------------------
+def test_grad_norm_is_the_unscaled_norm_before_clipping():
+    cfg = tiny(steps=1, clip_norm=1e-3)
+    fp32, fp16 = run(cfg), run(cfg.replace(precision="fp16"))
+    assert fp32.grad_norms[0] > 0.1  # far above clip_norm: reported before clipping
+    assert fp16.grad_norms[0] == pytest.approx(fp32.grad_norms[0], rel=1e-2)  # not times 2**15
+
+
+def test_clipping_acts_on_the_unscaled_gradients():
+    # SGD with lr 1 and a gradient norm far above clip_norm: the update has norm clip_norm,
+    # not clip_norm / 2**15 (what clipping the scaled gradients would leave).
+    for precision in ("fp32", "fp16"):
+        cfg = tiny(precision=precision, optimizer="sgd", lr=1.0, clip_norm=0.1, steps=1)
+        data, (x, y) = first_batch(cfg)
+        stepper = make_stepper(cfg, data)
+        before = stepper.params()
+        out = stepper.step(x, y, inject_overflow=False)
+        after = stepper.params()
+        moved = math.sqrt(sum(float(np.sum((after[k].astype(np.float64) - before[k]) ** 2)) for k in before))
+        assert out.grad_norm > 1.0 and moved == pytest.approx(0.1, rel=1e-3), precision
+
+
+def test_fp16_skips_the_overflowed_steps_and_halves_the_scale():
+    cfg = tiny(precision="fp16", steps=5, init_scale=2.0**10, inject_overflow=(1, 2))
+    res = run(cfg)
+    assert res.status == "ok"
+    assert res.skipped == [False, True, True, False, False]
+    assert res.scales == [1024.0, 1024.0, 512.0, 256.0, 256.0]
+    assert math.isinf(res.grad_norms[1]) and math.isfinite(res.grad_norms[3])
+    # the same rule as labkit's replay of Keras 3's LossScaleOptimizer
+    replay = scaling.simulate("keras", overflows=res.skipped, init_scale=2.0**10)
+    assert replay.scales.tolist() == res.scales and replay.applied.tolist() == [not s for s in res.skipped]
+
+
+def test_a_skipped_step_leaves_the_weights_and_adam_alone():
+    cfg = tiny(precision="fp16", steps=2)
+    data, (x, y) = first_batch(cfg)
+    stepper = make_stepper(cfg, data)
+    before = stepper.params()
+    out = stepper.step(x, y, inject_overflow=True)
+    assert out.skipped and out.scale == 2.0**15
+    assert all(np.array_equal(before[k], v) for k, v in stepper.params().items())
+    inner = stepper.optimizer.inner_optimizer
+    assert int(inner.iterations.numpy()) == 0 and float(stepper.optimizer.dynamic_scale.numpy()) == 2.0**14
+    out = stepper.step(x, y, inject_overflow=False)
+    assert not out.skipped and out.scale == 2.0**14 and int(inner.iterations.numpy()) == 1
+
+
+# -- pure bf16 ------------------------------------------------------------------------------------------
+def test_pure_bf16_rounds_small_sgd_updates_away_where_fp32_master_weights_keep_them():
+    changed = {}
+    for precision in ("bf16", "bf16-pure"):
+        cfg = tiny(precision=precision, optimizer="sgd", lr=1e-4, clip_norm=None, steps=1)
+        data, (x, y) = first_batch(cfg)
+        stepper = make_stepper(cfg, data)
+        before = stepper.params()["dense2/kernel"]
+        stepper.step(x, y, inject_overflow=False)
+        after = stepper.params()["dense2/kernel"]
+        assert str(after.dtype) == ("bfloat16" if precision == "bf16-pure" else "float32")
+        changed[precision] = float(np.mean(after != before))
+    assert changed["bf16"] > 0.5 and changed["bf16-pure"] < 0.05
+
+
+def test_keras_adam_on_bfloat16_weights_never_moves_them():
+    # Keras' Adam computes its bias correction in the variable's dtype: beta_2 = 0.999 is
+    # 1.0 in bfloat16, so 1 - beta_2**t = 0 and the step size is exactly 0.
+    assert float(keras.ops.cast(0.999, "bfloat16")) == 1.0
+    cfg = tiny(precision="bf16-pure", optimizer="adam", lr=1e-2, steps=1)
+    data, (x, y) = first_batch(cfg)
+    stepper = make_stepper(cfg, data)
+    before = stepper.params()
+    for _ in range(3):
+        stepper.step(x, y, inject_overflow=False)
+    assert all(np.array_equal(before[k], v) for k, v in stepper.params().items())
+    assert str(stepper.optimizer.variables[-1].dtype) == "bfloat16"  # Adam's moments are bf16 too
+
+
+# -- divergence -------------------------------------------------------------------------------------------
+def test_an_fp16_overflow_in_the_forward_pass_stops_the_run_and_names_the_layer():
+    cfg = RunConfig("tf", "fp16", optimizer="sgd", lr=5.0, clip_norm=None, steps=40, progress=False)
+    res = run(cfg)
+    assert res.status == "diverged" and res.diverged_step == res.steps_done - 1 < 40
+    assert not math.isfinite(res.losses[-1]) and all(math.isfinite(v) for v in res.losses[:-1])
+    assert res.diverged_where.split(" ")[0] in ("dense1", "dense2", "out")
+    assert "output of layer" in res.diverged_where and res.metric is None
+    assert run(cfg.replace(precision="fp32")).status == "ok"  # float32's range holds it
+
+
+def test_a_healthy_run_names_no_nonfinite_layer():
+    cfg = tiny(steps=1)
+    data, (x, y) = first_batch(cfg)
+    stepper = make_stepper(cfg, data)
+    assert stepper.nonfinite_layer() is None
+    stepper.step(x, y, inject_overflow=False)
+    assert stepper.nonfinite_layer() is None
+
+
+# -- memory -----------------------------------------------------------------------------------------------
+def test_memory_is_counted_from_the_real_variables():
+    n = M.count_params(M.init_params("mlp", width=32))
+    mem = {p: run(tiny(precision=p, steps=1)).memory for p in ("fp32", "bf16", "fp16", "bf16-pure")}
+    extra = 8 + 4  # Keras' int64 iteration counter and float32 learning-rate variable
+    assert mem["fp32"]["parameter_bytes"] == mem["bf16"]["parameter_bytes"] == 4 * n  # float32 masters
+    assert mem["bf16-pure"]["parameter_bytes"] == mem["bf16-pure"]["gradient_bytes"] == 2 * n
+    assert mem["bf16"]["gradient_bytes"] == 4 * n  # gradients take their float32 variable's dtype
+    assert mem["fp32"]["optimizer_state_bytes"] == 8 * n + extra  # Adam's two moments
+    assert mem["bf16-pure"]["optimizer_state_bytes"] == 4 * n + extra
+    # the LossScaleOptimizer adds its own iteration and learning-rate variables, an int64
+    # step_counter and the float32 dynamic_scale
+    assert mem["fp16"]["optimizer_state_bytes"] == 8 * n + extra + extra + 8 + 4
+    assert not any(k.startswith("gpu") for k in mem["fp32"])  # a CPU reports no allocator figures
+
+
+def test_sgd_keeps_no_per_weight_state():
+    assert run(tiny(optimizer="sgd", steps=1)).memory["optimizer_state_bytes"] == 8 + 4
+
+
+# -- global state ---------------------------------------------------------------------------------------
+def test_a_run_restores_tf32_determinism_and_the_global_policy():
+    from tensorflow.python.framework import config as tf_config
+
+    for user_tf32, precision in ((True, "fp32"), (False, "tf32")):
+        tf.config.experimental.enable_tensor_float_32_execution(user_tf32)
+        try:
+            run(tiny(precision=precision, steps=1))
+            assert tf.config.experimental.tensor_float_32_execution_enabled() is user_tf32
+        finally:
+            tf.config.experimental.enable_tensor_float_32_execution(True)
+    assert not tf_config.is_op_determinism_enabled()
+    assert keras.mixed_precision.global_policy().name == "float32"
+
+
+def test_the_state_is_set_while_the_stepper_works():
+    cfg = tiny(precision="fp32", steps=1)
+    data, (x, y) = first_batch(cfg)
+    stepper = make_stepper(cfg, data)
+    with stepper._state():
+        assert not tf.config.experimental.tensor_float_32_execution_enabled()
+    assert tf.config.experimental.tensor_float_32_execution_enabled()
+
+
+# -- bad configs, devices ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", ["cuda", "gpu"])
+def test_a_gpu_that_is_not_there_is_refused_before_any_work(device, tmp_path):
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this machine has a GPU")
+    out = tmp_path / "run.jsonl"
+    with pytest.raises(ValueError, match="TensorFlow sees no GPU"):
+        run(tiny(device=device, out=str(out)))
+    assert not out.exists()
+
+
+def test_a_tpu_that_is_not_there_is_refused_and_auto_falls_back():
+    resolver, why = tf_runner.find_tpu()
+    if resolver is not None:
+        pytest.skip("this machine has a TPU")
+    assert why.startswith("no TPU: the environment names none")
+    with pytest.raises(ValueError, match="device='tpu' asked for"):
+        make_stepper(tiny(device="tpu"))
+    assert make_stepper(tiny(device="auto")).kind == ("gpu" if tf.config.list_physical_devices("GPU") else "cpu")
+
+
+def test_a_tpu_named_by_the_environment_but_absent_is_reported_not_raised(monkeypatch):
+    if tf.config.list_logical_devices("TPU"):
+        pytest.skip("this machine has a TPU")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-8")  # what a Cloud TPU VM sets
+    resolver, why = tf_runner.find_tpu()
+    assert resolver is None and why.startswith("no usable TPU (environment (TPU_ACCELERATOR_TYPE))")
+    assert "\n" not in why
+    with pytest.raises(ValueError, match="no usable TPU"):
+        make_stepper(tiny(device="tpu"))
+    assert make_stepper(tiny(device="auto")).kind in ("cpu", "gpu")
+
+
+def test_the_runner_refuses_another_frameworks_config_and_bad_options():
+    with pytest.raises(ValueError, match="config.framework is 'torch'"):
+        make_stepper(RunConfig("torch"))
+    with pytest.raises(TypeError, match="takes a RunConfig"):
+        make_stepper({"framework": "tf"})
+    with pytest.raises(TypeError, match="jit_compile must be True or False"):
+        make_stepper(tiny(), jit_compile="yes")
+    with pytest.raises(TypeError, match="tf.distribute.Strategy"):
+        make_stepper(tiny(), strategy="tpu")
+
+
+# -- the replicated (TPUStrategy) path ----------------------------------------------------------------------
+_REPLICATED = textwrap.dedent("""
+    import functools, json
+    from labkit.train.tf_models import tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    from labkit.train import RunConfig, tf_runner
+    from labkit.train.loop import train
+    strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
+    cfg = RunConfig("tf", "bf16", width=32, steps=4, batch_size=32, clip_norm=0.5, progress=False)
+    two = train(cfg, functools.partial(tf_runner.make_stepper, strategy=strategy))
+    one = train(cfg, tf_runner.make_stepper)
+    try:
+        tf_runner.make_stepper(cfg.replace(batch_size=31), strategy=strategy)
+    except ValueError as exc:
+        refused = str(exc)
+    print(json.dumps({"two": two.losses, "one": one.losses, "n2": two.grad_norms, "n1": one.grad_norms,
+                      "device": two.device, "status": two.status, "refused": refused}))
+""")
+
+
+def test_the_replicated_step_matches_one_device():
+    """The code path a TPU takes (strategy.scope, strategy.run, cross-replica sums), run
+    here with MirroredStrategy over two logical CPUs, in a fresh process. It also checks that
+    importing labkit's TensorFlow modules leaves the runtime unstarted: the logical devices
+    are configured after the import."""
+    env = dict(os.environ, PYTHONWARNINGS="error")
+    proc = subprocess.run([sys.executable, "-c", _REPLICATED], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["status"] == "ok" and got["device"].startswith("MirroredStrategy over 2 replicas")
+    np.testing.assert_allclose(got["two"], got["one"], rtol=2e-3)  # bf16 sums in another order
+    np.testing.assert_allclose(got["n2"], got["n1"], rtol=2e-3)
+    assert min(got["n1"]) > 0.5  # clip_norm 0.5 was active: clipping is global, as on one device
+    assert "multiple of the 2 replicas" in got["refused"]
+
+
+# -- docstrings ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("module", [TM, tf_runner])
+def test_the_docstring_examples_run(module):
+    result = doctest.testmod(module)
+    assert result.failed == 0
