@@ -11,7 +11,6 @@
 * `moved_fraction`: how much of a parameter tree an update really changed (the stalled
   updates of pure bf16).
 * `hlo_summary`: the dots and converts in XLA's *compiled* HLO -- what really runs.
-* `run_table`, `plot_runs`: one run per precision, side by side.
 
 >>> import jax, jax.numpy as jnp
 >>> model = SimpleDense(features=5)
@@ -22,7 +21,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -277,61 +275,6 @@ def hlo_summary(hlo_text: str) -> HloSummary:
 
 
 # -- runs side by side -------------------------------------------------------------------------
-def run_table(results) -> str:
-    """A plain-text table of RunResults: loss, accuracy, step time, memory, skipped steps."""
-    head = (f"{'precision':<10} {'model':<11} {'status':<8} {'final loss':>10} {'accuracy':>8} "
-            f"{'median step':>11} {'1st step':>8} {'params+opt':>10} {'step temp':>10} {'skipped':>7}")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        mem = r.memory or {}
-        acc = f"{r.metric['value']:.3f}" if r.metric else "-"
-        first = f"{r.step_times[0]:.2f} s" if r.step_times else "-"
-        state = mem.get("parameter_bytes", 0) + mem.get("optimizer_state_bytes", 0)
-        lines.append(
-            f"{r.config.precision:<10} {r.config.model:<11} {r.status:<8} {r.final_loss:>10.4f} {acc:>8} "
-            f"{r.median_step_time() * 1e3:>8.2f} ms {first:>8} {_kib(state):>10} "
-            f"{_kib(mem.get('step_temp_bytes')):>10} {sum(r.skipped):>7}")
-    return "\n".join(lines)
-
-
-def _kib(n) -> str:
-    return "-" if n is None else f"{n / 1024:.0f} KiB"
-
-
-def plot_runs(results, title: str = "", dpi: int = 80):
-    """Loss curves overlaid (left, log scale) and median step time per run (right).
-
-    Each run gets its own line style, so curves that coincide stay visible; skipped steps
-    (fp16 overflows) are marked with an x. Returns the figure.
-    """
-    import matplotlib.pyplot as plt
-
-    fig, (ax_loss, ax_time) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi,
-                                           gridspec_kw={"width_ratios": [2, 1]})
-    styles = ("-", "--", "-.", ":")
-    for i, r in enumerate(results):
-        ax_loss.plot(r.losses, styles[i % len(styles)], label=r.config.precision, lw=1.4)
-        for step, skipped in enumerate(r.skipped):
-            if skipped:
-                ax_loss.plot(step, r.losses[step], "kx", ms=6)
-    ax_loss.set_yscale("log")
-    ax_loss.set(xlabel="step", ylabel="training loss (log scale)", title=title or "training loss per step")
-    ax_loss.legend(frameon=False)
-    names = [r.config.precision for r in results]
-    times = [r.median_step_time() * 1e3 for r in results]
-    ax_time.barh(names, times, color="tab:gray")
-    ax_time.invert_yaxis()
-    ax_time.set(xlabel="median step time (ms)", title="speed on this device")
-    finite = [t for t in times if math.isfinite(t)]
-    if finite:
-        ax_time.set_xlim(0, 1.25 * max(finite))  # room for the labels
-    for i, t in enumerate(times):
-        if math.isfinite(t):
-            ax_time.text(t, i, f" {t:.2f}", va="center", fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
 __all__ = ["GradientError", "HloSummary", "SimpleDense", "dtype_tree", "gradient_error", "hlo_summary",
-           "jmp_and_flax_scales", "jmp_trajectory", "moved_fraction", "ops_by_dtype", "plot_runs", "predict",
-           "run_table", "scaled_gradients"]
+           "jmp_and_flax_scales", "jmp_trajectory", "moved_fraction", "ops_by_dtype", "predict",
+           "scaled_gradients"]

@@ -12,7 +12,6 @@
   updates of pure bfloat16).
 * `matmul_ms`: how long one large matmul takes in float32, bfloat16 and float16 here.
 * `run_with_xla`: a labkit run with the training step compiled by XLA (``jit_compile=True``).
-* `run_table`, `plot_runs`: runs side by side, the same way the other notebooks show them.
 
 >>> with global_policy("mixed_bfloat16"):
 ...     keras.mixed_precision.global_policy().name
@@ -25,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 
 import numpy as np
 
@@ -206,44 +204,5 @@ def run_with_xla(config: RunConfig) -> RunResult:
 
 
 # -- runs side by side ------------------------------------------------------------------------
-def _kib(n) -> str:
-    return "-" if n is None else f"{n / 1024:,.0f} KiB"
 
 
-def run_table(results, labels=None) -> str:
-    """One line per run: final loss, accuracy, skipped steps, median step time, samples/s,
-    and the measured parameter and optimizer-state bytes."""
-    results = list(results)
-    labels = labels or [r.config.precision for r in results]
-    head = (f"{'run':<12} {'status':<9} {'final loss':>10} {'accuracy':>8} {'skipped':>7} "
-            f"{'step ms':>8} {'samples/s':>10} {'params':>10} {'opt state':>10}")
-    lines = [head, "-" * len(head)]
-    for label, r in zip(labels, results):
-        t = r.median_step_time()
-        acc = f"{r.metric['value']:.3f}" if r.metric else "-"
-        rate = f"{r.config.batch_size / t:,.0f}" if t and math.isfinite(t) else "-"
-        lines.append(f"{label:<12} {r.status:<9} {r.final_loss:>10.4f} {acc:>8} {sum(r.skipped):>7} "
-                     f"{1e3 * t:>8.2f} {rate:>10} {_kib(r.memory.get('parameter_bytes')):>10} "
-                     f"{_kib(r.memory.get('optimizer_state_bytes')):>10}")
-    return "\n".join(lines)
-
-
-def plot_runs(results, labels=None, title: str = "", dpi: int = 80):
-    """Loss curves overlaid (left) and median step time per run (right); returns the figure."""
-    import matplotlib.pyplot as plt
-
-    results = list(results)
-    labels = labels or [r.config.precision for r in results]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi, gridspec_kw={"width_ratios": [3, 2]})
-    styles = [("-", 2.6), ("--", 1.8), (":", 2.0), ("-.", 1.4)]  # curves that coincide stay visible
-    for i, (label, r) in enumerate(zip(labels, results)):
-        ls, lw = styles[i % len(styles)]
-        ax.plot(np.arange(len(r.losses)), r.losses, ls, lw=lw, color=f"C{i}", label=label)
-    ax.set(xlabel="step", ylabel="training loss", title=title or "loss per step")
-    ax.legend(frameon=False)
-    times = [1e3 * r.median_step_time() for r in results]
-    bx.barh(labels, times, color=[f"C{i}" for i in range(len(results))])
-    bx.invert_yaxis()
-    bx.set(xlabel="median step time (ms)", title="speed (this machine)")
-    fig.tight_layout()
-    return fig

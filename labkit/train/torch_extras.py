@@ -6,7 +6,6 @@
   away; autocast with fp32 master weights keeps them;
 * `SafeLayerNorm` (seed 004's idea, corrected) next to `SeedSafeLayerNorm` (the seed's
   code) and `compare_layer_norms`, which shows where a LayerNorm really breaks in fp16;
-* `runs_table` / `plot_runs` -- the closing comparison of fp32 / bf16 / fp16 / bf16-pure.
 
 >>> import torch
 >>> autocast_dtypes("cpu", torch.bfloat16)["linear"]
@@ -206,73 +205,11 @@ def compare_layer_norms(dtype: torch.dtype = torch.float16, scale: float = 300.0
 
 
 # -- the closing comparison -------------------------------------------------------------
-def runs_table(results) -> str:
-    """One row per RunResult: status, final loss, accuracy, step time and memory.
-
-    "final loss" is the mean of the last 10 losses; "ms/step" the median step time (first
-    step left out) and "speed" its ratio to the first run's; "states B/param" =
-    (weights + gradients + optimizer state) / parameters; "activ. KiB" and "copies KiB"
-    the bytes autograd saved for one step's backward pass: activations, and the 16-bit
-    weight copies autocast made (see `labkit.train.torch_runner.measure_memory`).
-    """
-    if not results:
-        raise ValueError("runs_table needs at least one RunResult")
-    base = results[0].median_step_time()
-    head = (f"{'precision':<10} {'status':<9} {'final loss':>10} {'accuracy':>8} {'ms/step':>8} {'speed':>6} "
-            f"{'skipped':>7} {'states B/param':>14} {'activ. KiB':>10} {'copies KiB':>10}")
-    lines = [head, "-" * len(head)]
-    for r in results:
-        mem = r.memory or {}
-        states = sum(mem.get(k, 0) for k in ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes"))
-        acc = f"{r.metric['value']:.3f}" if r.metric else "-"
-        t = r.median_step_time()
-        lines.append(f"{r.config.precision:<10} {r.status:<9} {np.mean(r.losses[-10:]):>10.4f} {acc:>8} "
-                     f"{t * 1e3:>8.2f} {base / t:>5.2f}x {sum(r.skipped):>7} {states / _param_count(r):>14.1f} "
-                     f"{mem.get('saved_activation_bytes', 0) / 1024:>10.1f} {mem.get('saved_weight_copy_bytes', 0) / 1024:>10.1f}")
-    return "\n".join(lines)
-
-
 def _param_count(result) -> int:
     from labkit.train import models
 
     return models.count_params(models.init_params(result.config.model, width=result.config.width))
 
 
-_STYLES = ("-", "--", "-.", ":")
 
 
-def plot_runs(results, ax=None, smooth: int = 5):
-    """Loss curves of several runs overlaid (a moving average over `smooth` steps).
-
-    Each run gets its own line style, so curves that coincide (fp32 and bf16 autocast
-    often do) stay visible; the y axis is logarithmic when the loss spans a factor > 10.
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.2), dpi=80)
-    lows, highs = [], []
-    for i, r in enumerate(results):
-        losses = np.asarray(r.losses, dtype=float)
-        k = max(1, min(smooth, len(losses)))
-        curve = np.convolve(losses, np.ones(k) / k, mode="valid")
-        ax.plot(np.arange(k - 1, len(losses)), curve, _STYLES[i % len(_STYLES)], lw=1.6,
-                label=f"{r.config.precision} ({r.status})")
-        finite = curve[np.isfinite(curve)]
-        if finite.size:
-            lows.append(finite.min())
-            highs.append(finite.max())
-    if lows and min(lows) > 0 and max(highs) / min(lows) > 10:
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-    from labkit.train.models import DEFAULT_WIDTH
-
-    cfg = results[0].config
-    ax.set(xlabel="step", ylabel=f"training loss ({smooth}-step mean)",
-           title=f"{cfg.framework} {cfg.model}, width {cfg.width or DEFAULT_WIDTH[cfg.model]}, batch {cfg.batch_size}")
-    ax.legend(frameon=False)
-    ax.grid(alpha=0.3)
-    return ax

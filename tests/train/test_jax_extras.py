@@ -13,10 +13,9 @@ optax = pytest.importorskip("optax")
 import jax.numpy as jnp  # noqa: E402
 
 from labkit import scaling  # noqa: E402
-from labkit.train import RunConfig, RunResult  # noqa: E402
 from labkit.train.jax_extras import (  # noqa: E402
     GradientError, HloSummary, SimpleDense, dtype_tree, gradient_error, hlo_summary, jmp_and_flax_scales,
-    jmp_trajectory, moved_fraction, ops_by_dtype, plot_runs, predict, run_table, scaled_gradients)
+    jmp_trajectory, moved_fraction, ops_by_dtype, predict, scaled_gradients)
 
 X = jnp.asarray(np.random.default_rng(0).uniform(0, 1, (32, 64)), jnp.float32)
 
@@ -192,36 +191,3 @@ def test_xla_cpu_runs_a_bfloat16_dot_as_a_float32_dot_between_converts():
 
 
 # -- runs side by side --------------------------------------------------------------------------------
-def fake_result(precision, losses, skipped=None):
-    """A RunResult filled by hand: the table and the plot only read its fields."""
-    cfg = RunConfig("jax", precision, steps=len(losses), progress=False)
-    return RunResult(cfg, losses=list(losses), step_times=[1.5] + [0.002] * (len(losses) - 1),
-                     grad_norms=[1.0] * len(losses), skipped=skipped or [False] * len(losses), status="ok",
-                     metric={"name": "accuracy", "value": 0.9}, memory={"parameter_bytes": 4096, "optimizer_state_bytes": 8196,
-                                                                      "step_temp_bytes": 2048})
-
-
-def two_runs():
-    return [fake_result("fp32", [2.3, 1.0, 0.5]), fake_result("fp16", [2.3, 2.3, 0.6], [False, True, False])]
-
-
-def test_run_table_lists_each_run_with_its_median_step_time_and_memory():
-    lines = run_table(two_runs()).splitlines()
-    assert len(lines) == 4 and lines[0].split()[:2] == ["precision", "model"]
-    assert lines[2].split() == ["fp32", "mlp", "ok", "0.5000", "0.900", "2.00", "ms", "1.50", "s", "12", "KiB", "2",
-                                "KiB", "0"]
-    assert lines[3].split()[-1] == "1"
-
-
-def test_plot_runs_overlays_the_losses_and_marks_skipped_steps():
-    import matplotlib.pyplot as plt
-
-    fig = plot_runs(two_runs())
-    ax_loss, ax_time = fig.axes
-    curves = [line for line in ax_loss.get_lines() if len(line.get_xdata()) > 1]
-    assert [c.get_label() for c in curves] == ["fp32", "fp16"]
-    assert [c.get_linestyle() for c in curves] == ["-", "--"]
-    marks = [(line.get_xdata()[0], line.get_ydata()[0]) for line in ax_loss.get_lines() if line.get_marker() == "x"]
-    assert marks == [(1, 2.3)] and ax_loss.get_yscale() == "log"
-    assert [p.get_width() for p in ax_time.patches] == pytest.approx([2.0, 2.0])
-    plt.close(fig)

@@ -1,13 +1,12 @@
 """Notebook 05's teaching helpers, against real Keras: the claims the notebook prints are checked here."""
 
 import doctest
-import math
 
 import matplotlib
 import numpy as np
 import pytest
 
-from labkit.train import RunConfig, run
+from labkit.train import RunConfig
 from labkit.train import tf_extras as E
 from labkit.train.tf_models import keras
 
@@ -94,17 +93,6 @@ def test_run_with_xla_is_a_real_run():
     assert res.status == "ok" and res.steps_done == 2
     with pytest.raises(ValueError, match="framework='tf'"):
         E.run_with_xla(RunConfig("jax"))
-
-
-def test_run_table_and_plot_show_every_run():
-    results = [run(RunConfig(**TINY, precision=p, steps=2)) for p in ("fp32", "bf16")]
-    table = E.run_table(results).splitlines()
-    assert [line.split()[0] for line in table[2:]] == ["fp32", "bf16"]
-    assert all("ok" in line and "KiB" in line for line in table[2:])
-    fig = E.plot_runs(results, title="t")
-    ax = fig.axes[0]
-    assert [line.get_label() for line in ax.get_lines()] == ["fp32", "bf16"]
-    assert len(ax.get_lines()[0].get_ydata()) == 2 and math.isclose(fig.dpi, 80)
 
 
 def test_the_docstring_examples_run():

@@ -15,8 +15,6 @@ from labkit.train.torch_extras import (
     autocast_dtypes,
     compare_layer_norms,
     naive_layer_norm,
-    plot_runs,
-    runs_table,
     stalled_updates,
 )
 
@@ -119,27 +117,6 @@ def test_a_real_gradscaler_run_matches_the_torch_scaling_preset():
 
 
 # -- the closing comparison -------------------------------------------------------------
-def test_runs_table_and_plot_show_every_run(tmp_path):
-    cfg = RunConfig("torch", width=16, batch_size=8, steps=4, progress=False)
-    results = [run(cfg.replace(precision=p)) for p in ("fp32", "bf16-pure")]
-    table = runs_table(results).splitlines()
-    assert table[0].split()[:2] == ["precision", "status"] and len(table) == 4
-    fp32, pure = table[2].split(), table[3].split()
-    assert fp32[0] == "fp32" and pure[0] == "bf16-pure"
-    assert fp32[-3] == "16.0" and pure[-3] == "8.0"  # Adam: 16 bytes/param in fp32, 8 in pure bf16
-    assert fp32[-1] == pure[-1] == "0.0"  # no 16-bit weight copies without autocast
-    ax = plot_runs(results)
-    assert [line.get_label() for line in ax.get_lines()] == ["fp32 (ok)", "bf16-pure (ok)"]
-    ax.figure.savefig(tmp_path / "runs.png")
-    import matplotlib.pyplot as plt
-
-    plt.close(ax.figure)
-    with pytest.raises(ValueError, match="at least one"):
-        runs_table([])
-
-
-@pytest.mark.parametrize("module", ["labkit.train.torch_models", "labkit.train.torch_runner",
-                                    "labkit.train.torch_extras"])
 def test_the_docstring_examples_run(module):
     import doctest
     import importlib
