@@ -116,7 +116,8 @@ def test_a_real_gradscaler_run_matches_the_torch_scaling_preset():
     assert [not s for s in res.skipped] == trace.applied.tolist()
 
 
-# -- the closing comparison -------------------------------------------------------------
+@pytest.mark.parametrize("module", ["labkit.train.torch_models", "labkit.train.torch_runner",
+                                    "labkit.train.torch_extras"])
 def test_the_docstring_examples_run(module):
     import doctest
     import importlib
