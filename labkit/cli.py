@@ -85,8 +85,6 @@ def add_bench(subparsers) -> None:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, gpu, tpu (default auto)")
     p.add_argument("--odd-sizes", action="store_true",
                    help="also run each cell at odd sizes (batch-1, width-1) to see what misalignment costs")
-    p.add_argument("--include-slow", action="store_true",
-                   help="time combinations skipped for being impractically slow here (TF fp16 on a CPU)")
     p.add_argument("--json", metavar="FILE", help="write the records to FILE as a JSON list")
     p.add_argument("--plot", metavar="FILE", help="save a bar chart of the speed-ups to FILE (png, svg, pdf)")
     p.set_defaults(func=run_bench)
@@ -109,7 +107,7 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         records = bench.bench(args.framework, args.precision, args.model, batch_size=args.batch_size,
                               width=args.width, warmup=args.warmup, steps=args.steps, device=args.device,
-                              odd_sizes=args.odd_sizes, include_slow=args.include_slow, on_cell=on_cell)
+                              odd_sizes=args.odd_sizes, on_cell=on_cell)
     except ValueError as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2
