@@ -62,7 +62,7 @@ def test_frameworks_option_accepts_tf_and_spaces():
 def test_every_command_registers_a_subcommand_with_a_runner():
     parser = cli.build_parser()
     subparsers = next(a for a in parser._actions if a.dest == "command")
-    assert list(subparsers.choices) == ["doctor"] == [add.__name__.removeprefix("add_") for add in cli.COMMANDS]
+    assert list(subparsers.choices) == ["doctor", "bench"] == [add.__name__.removeprefix("add_") for add in cli.COMMANDS]
     assert all(callable(p.get_default("func")) for p in subparsers.choices.values())
 
 

@@ -157,6 +157,7 @@ class FormatExplorer(widgets.VBox):
             raise ValueError(f"give at least one format; valid names are {', '.join(FORMATS)}")
         pattern_name = get(pattern_format).name
         self._quiet = False
+        self._synced = None  # the |x| the slider was last moved to from the text box
         self.view: ExplorerView | None = None
         self.text = widgets.Text(
             value=str(value), description="value", continuous_update=False,
@@ -219,7 +220,7 @@ class FormatExplorer(widgets.VBox):
             self._update()
 
     def _on_slider(self, change) -> None:
-        if self._quiet:
+        if self._quiet or self._is_echo(change["new"]):
             return
         self._set_quietly(self.text, f"{change['new']:.4g}")
         self._update(sync_slider=False)
@@ -231,6 +232,14 @@ class FormatExplorer(widgets.VBox):
         self._set_quietly(self.pattern_format, name)
         self._set_quietly(self.text, f"0x{bits:0{(get(name).bits + 3) // 4}x}")
         self._update()
+
+    def _is_echo(self, value: float) -> bool:
+        """The browser's slider snaps what it is given to its step (0.01 in log10) and sends
+        the snapped value back: 256**2 = 65536 returns as 10**4.82 = 66069. That is not the
+        learner moving the slider, and must not replace what they typed."""
+        if self._synced is None or value <= 0:
+            return False
+        return abs(math.log10(value) - math.log10(self._synced)) <= self.slider.step / 2 + 1e-9
 
     def _set_quietly(self, widget, value) -> None:
         self._quiet = True
@@ -255,4 +264,5 @@ class FormatExplorer(widgets.VBox):
         v = view.entry.value
         if sync_slider and math.isfinite(v) and v != 0:
             lo, hi = (10.0**e for e in SLIDER_RANGE)
-            self._set_quietly(self.slider, min(max(abs(v), lo), hi))
+            self._synced = min(max(abs(v), lo), hi)
+            self._set_quietly(self.slider, self._synced)

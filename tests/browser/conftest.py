@@ -62,6 +62,9 @@ def lab(tmp_path_factory, chromium_path):
     news = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no "news?" pop-up over the page
+    tracker = root / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    tracker.parent.mkdir(parents=True)
+    tracker.write_text('{"windowingMode": "none"}')  # every cell in the DOM, not only the visible ones
     token = secrets.token_hex(16)
     port = _free_port()
     env = dict(os.environ,
@@ -119,7 +122,10 @@ def open_notebook(lab, browser):
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         pages.append(page)
         page.set_default_timeout(60_000)
-        page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
+        # A workspace of its own, reset: JupyterLab would otherwise reopen the previous
+        # test's notebook beside this one, and "Run All" would go to whichever is in front.
+        workspace = f"t{len(pages)}-{secrets.token_hex(4)}"
+        page.goto(f"{lab['base']}/lab/workspaces/{workspace}/tree/{name}?reset&token={lab['token']}")
         page.wait_for_selector(".jp-NotebookPanel .jp-Cell", state="attached")
         page.wait_for_selector("#jp-main-statusbar >> text=Idle", timeout=120_000)
         run_all_cells(page, timeout_s)
@@ -130,15 +136,27 @@ def open_notebook(lab, browser):
         page.close()
 
 
+def _menu(page, menu: str, item: str) -> None:
+    page.click(f".lm-MenuBar-itemLabel:text-is('{menu}')")
+    page.click(f".lm-Menu-itemLabel:text-is('{item}')")
+
+
 def run_all_cells(page, timeout_s: float) -> None:
-    """Run > Run All Cells, then wait until no cell is pending ("[*]") and the kernel is idle."""
-    page.click(".lm-MenuBar-itemLabel:text-is('Run')")
-    page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
-    page.wait_for_timeout(1000)
+    """Clear the stored outputs, Run All Cells, and wait until every code cell has run.
+
+    The stored outputs are cleared first so that the prompts ("[3]:") seen afterwards can
+    only come from this run.
+    """
+    _menu(page, "Edit", "Clear Outputs of All Cells")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]"
+        ".every(e => !/\\d/.test(e.textContent))"
+    )
+    _menu(page, "Run", "Run All Cells")
     page.wait_for_function(
         """() => {
-            const prompts = [...document.querySelectorAll('.jp-InputArea-prompt')].map(e => e.textContent);
-            return prompts.length > 0 && prompts.every(t => !t.includes('*')) && prompts.some(t => /\\d/.test(t));
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+            return prompts.length > 0 && prompts.every(e => /\\[\\d+\\]/.test(e.textContent));
         }""",
         timeout=timeout_s * 1000,
     )

@@ -9,7 +9,20 @@ def text(page, selector: str) -> str:
     return page.locator(selector).first.inner_text().strip()
 
 
+def settle(page) -> None:
+    """Wait until the kernel is idle and the text box has stopped changing (a drag sends
+    a burst of updates; typing before they land would be overwritten by them)."""
+    box = page.locator(".labkit-explorer-input input").first
+    page.wait_for_selector("#jp-main-statusbar >> text=Idle")
+    last = None
+    while (now := box.input_value()) != last:
+        last = now
+        page.wait_for_timeout(500)
+    page.wait_for_selector("#jp-main-statusbar >> text=Idle")
+
+
 def enter(page, value: str) -> None:
+    settle(page)
     box = page.locator(".labkit-explorer-input input").first
     box.fill(value)
     box.press("Enter")

@@ -1,5 +1,7 @@
 """The real FormatExplorer widget, driven as a learner would: type, drag, click a bit."""
 
+import math
+
 import pytest
 
 import labkit.formats as lf
@@ -100,6 +102,16 @@ def test_dragging_the_slider_writes_the_value_into_the_box(explorer):
     assert explorer.text.value == "1e-06"
     assert flags(explorer, "fp16") == ["subnormal", "rounded"]
     assert "keeps 5 of 11 significant bits" in explorer.detail_label("fp16").value
+
+
+def test_the_browsers_snapped_slider_value_does_not_overwrite_the_typed_one(explorer):
+    # Typing 256**2 moves the slider to 65536; the browser snaps that to its log10 step of
+    # 0.01 and sends 10**4.82 = 66069 back. (Found by the browser test.)
+    explorer.text.value = "256**2"
+    explorer.slider.value = 10 ** (round(math.log10(65536) / 0.01) * 0.01)
+    assert explorer.text.value == "256**2" and "65536" in explorer.value_label("bf16").value
+    explorer.slider.value = 1e-6  # a real drag still wins
+    assert explorer.text.value == "1e-06"
 
 
 @pytest.mark.parametrize("text, message", [
