@@ -273,10 +273,12 @@ class JaxStepper:
         if stats is not None:
             for key in ("argument", "output", "alias", "temp", "generated_code"):
                 out[f"step_{key}_bytes"] = int(getattr(stats, f"{key}_size_in_bytes"))
+        # The device allocator's figures cover the whole process (JAX never resets its peak),
+        # so the names say so: they are not this run's alone.
         device_stats = self._device.memory_stats() or {}
         for key in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit"):
             if key in device_stats:
-                out[f"device_{key}"] = int(device_stats[key])
+                out[f"process_device_{key}"] = int(device_stats[key])
         return out
 
 

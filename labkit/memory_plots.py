@@ -1,0 +1,365 @@
+"""Where a training step's memory goes: modelled next to measured, as tables and figures.
+
+A step holds seven kinds of bytes (`SEGMENTS`):
+
+====================  ==============================================================
+``weights``           the parameters the optimizer updates (fp32 under autocast and
+                      Keras/Flax mixed policies: they are the master copy; bf16 in pure bf16)
+``master_weights``    a separate fp32 copy, in the ZeRO/DeepSpeed "mixed" layout only
+``gradients``         one per weight, in the weight's dtype
+``optimizer_states``  Adam's m and v (plus a step counter per tensor in torch)
+``weight_copies``     the 16-bit copies of the weights that autocast makes for each
+                      matmul and keeps for the backward pass
+``activations``       what the forward pass keeps for the backward pass
+``step_temporaries``  XLA's temporary buffers of a compiled step (JAX): activations,
+                      gradients and casts together -- the compiler does not tell them apart
+====================  ==============================================================
+
+`modelled` counts them from the shapes (`labkit.memory`: the ZeRO model-state count and the
+activation model); `measured` reads them from a runner's ``memory`` dict (PyTorch: the
+tensors themselves and autograd's saved tensors; JAX: the compiled step's
+``memory_analysis()``; TensorFlow: its variables and gradients -- on a CPU it reports no
+activations, so its total is unknown). On a GPU the measured side also carries the
+allocator's peak.
+
+>>> fp32, bf16 = (modelled("mlp", 512, p, width=1024) for p in ("fp32", "bf16"))
+>>> bf16.parts["weights"] == fp32.parts["weights"]      # autocast keeps the weights in fp32
+True
+>>> round(bf16.parts["activations"] / fp32.parts["activations"], 2)
+0.5
+>>> round(bf16.total / fp32.total, 2)   # autocast's weight copies take back what activations save
+1.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from labkit import memory
+from labkit.formats.table import Table
+
+SEGMENTS = ("weights", "master_weights", "gradients", "optimizer_states", "weight_copies", "activations",
+            "step_temporaries")
+LABELS = {
+    "weights": "weights",
+    "master_weights": "fp32 master copy",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer states",
+    "weight_copies": "16-bit weight copies",
+    "activations": "activations",
+    "step_temporaries": "XLA step temporaries",
+}
+COLORS = {"weights": "#4C78A8", "master_weights": "#9ECAE9", "gradients": "#F58518", "optimizer_states": "#E45756",
+          "weight_copies": "#B279A2", "activations": "#54A24B", "step_temporaries": "#BAB0AC"}
+
+LAYOUT = {"fp32": "fp32", "tf32": "fp32", "fp16": "autocast", "bf16": "autocast", "bf16-pure": "bf16-pure"}
+"""labkit.train precision -> `labkit.memory` model-state layout. Every labkit runner keeps fp32
+weights under fp16/bf16 (autocast, Keras' mixed policies, Flax ``param_dtype=float32``)."""
+
+_FRAMEWORKS = ("torch", "jax", "tf")
+_PEAK = {"torch": "cuda_max_memory_allocated_bytes", "tf": "gpu_peak_bytes"}
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Bytes per segment of one step; ``None`` marks a part that cannot be measured here.
+
+    ``total`` is the sum when every part is known (or folded into ``step_temporaries``),
+    else None; ``peak`` is the device allocator's peak where one is reported (a GPU);
+    ``note`` says what is missing and why.
+    """
+
+    parts: dict = field(default_factory=dict)
+    source: str = "modelled"
+    complete: bool = True
+    peak: int | None = None
+    note: str = ""
+
+    @property
+    def total(self) -> int | None:
+        if not self.complete:
+            return None
+        return int(sum(v for v in self.parts.values() if v is not None))
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in LAYOUT:
+        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(LAYOUT)}")
+
+
+def weight_copy_elements(model: str, width: int | None = None) -> int:
+    """Weight elements autocast copies to 16 bits *and keeps* for the backward pass.
+
+    A matmul ``y = x @ W`` needs ``W`` again only to send a gradient back to ``x``; autocast
+    saves its 16-bit copy of ``W`` for that. The MLP's first layer takes the data, which
+    needs no gradient, so its copy is dropped; the transformer's first op is an embedding
+    lookup (no matmul, no copy) and every kernel after it keeps one. Checked against
+    PyTorch's ``saved_weight_copy_bytes`` in the tests.
+
+    >>> weight_copy_elements("mlp", 32) == 32 * 32 + 32 * 10
+    True
+    """
+    return _counts(model, width)[1]
+
+
+@lru_cache(maxsize=32)
+def _counts(model: str, width: int | None) -> tuple[int, int, int]:
+    """(parameters, weight-copy elements, parameter tensors) of a labkit model, from its shapes."""
+    from labkit.train.models import count_params, init_params
+
+    params = init_params(model, seed=0, width=width)
+    first = "dense1/kernel" if model == "mlp" else None
+    copies = sum(v.size for k, v in params.items() if k.endswith("/kernel") and k != first)
+    return count_params(params), int(copies), len(params)
+
+
+def modelled(model: str, batch_size: int, precision: str, width: int | None = None,
+             optimizer: str = "adam") -> Breakdown:
+    """The step's memory from the shapes: `labkit.memory.model_state_bytes` in the layout the
+    runners use (`LAYOUT`), `labkit.memory.activation_bytes`, and autocast's weight copies."""
+    _check_precision(precision)
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise ValueError(f"width must be None (the model's default) or a whole number >= 1, got {width!r}")
+    activations = memory.activation_bytes(model, batch_size, precision, width)  # checks model and batch
+    n, copies, _ = _counts(model, width)
+    layout = LAYOUT[precision]
+    states = memory.model_state_bytes(n, layout, optimizer)
+    parts = {k: states[k] for k in ("weights", "master_weights", "gradients", "optimizer_states")}
+    parts["weight_copies"] = 2 * copies if layout == "autocast" else 0
+    parts["activations"] = activations
+    parts["step_temporaries"] = 0
+    return Breakdown(parts, "modelled")
+
+
+def measured(framework: str, mem: dict) -> Breakdown:
+    """Read a runner's ``RunResult.memory`` (or a bench record's ``memory``) into segments."""
+    if framework not in _FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; choose one of {', '.join(_FRAMEWORKS)}")
+    if not isinstance(mem, dict):
+        raise TypeError(f"mem must be a runner's memory dict, got {type(mem).__name__}")
+    get = mem.get
+    peak = get(_PEAK.get(framework, ""))
+    if framework == "torch":
+        parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=get("gradient_bytes"),
+                     optimizer_states=get("optimizer_state_bytes"), weight_copies=get("saved_weight_copy_bytes"),
+                     activations=get("saved_activation_bytes"), step_temporaries=0)
+        note = "" if parts["activations"] is not None else "no step has run: nothing saved for backward yet"
+    elif framework == "jax":
+        parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=None,
+                     optimizer_states=get("optimizer_state_bytes"), weight_copies=None, activations=None,
+                     step_temporaries=get("step_temp_bytes"))
+        note = "gradients, activations and casts are inside the compiled step's temporaries"
+        if parts["step_temporaries"] is None:
+            note = "the step has not been compiled yet: no memory_analysis()"
+    else:
+        parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=get("gradient_bytes"),
+                     optimizer_states=get("optimizer_state_bytes"), weight_copies=None, activations=None,
+                     step_temporaries=0)
+        note = "TensorFlow reports no allocator statistics on a CPU: activations not counted"
+        if peak is not None:
+            note = "activations are inside the GPU allocator's peak"
+    required = ("weights", "optimizer_states") + (("step_temporaries",) if framework == "jax" else
+                                                   ("gradients", "activations"))
+    complete = all(parts[k] is not None for k in required)
+    if not mem:
+        note = "the run reported no memory figures"
+    return Breakdown({k: (None if v is None else int(v)) for k, v in parts.items()}, "measured", complete,
+                     None if peak is None else int(peak), note)
+
+
+def total_bytes(framework: str, mem: dict) -> tuple[int | None, str]:
+    """The step's measured memory and where it comes from: the GPU allocator's peak when
+    reported, else the sum of the measured parts, else (None, why not)."""
+    b = measured(framework, mem)
+    if b.peak is not None:
+        return b.peak, "allocator peak"
+    if b.total is not None:
+        return b.total, "sum of measured parts"
+    return None, b.note
+
+
+def _record_pair(rec: dict) -> tuple[Breakdown, Breakdown]:
+    for key in ("framework", "model", "precision", "batch_size", "width", "memory"):
+        if key not in rec:
+            raise ValueError(f"a benchmark record needs {key!r} (labkit.bench.bench records have it)")
+    return (modelled(rec["model"], rec["batch_size"], rec["precision"], rec["width"]),
+            measured(rec["framework"], rec["memory"]))
+
+
+def _ok(records) -> list[dict]:
+    records = list(records)
+    if not all(isinstance(r, dict) for r in records):
+        raise TypeError("records must be dicts, as labkit.bench.bench returns them")
+    return [r for r in records if r.get("status") == "ok" and r.get("memory") is not None]
+
+
+def _mb(n) -> str:
+    return "n/a" if n is None else f"{n / 1e6:.2f}"
+
+
+def memory_table(records, sources=("modelled", "measured")) -> Table:
+    """Modelled and/or measured bytes (MB) of each finished record, part by part."""
+    bad = [s for s in sources if s not in ("modelled", "measured")]
+    if bad or not sources:
+        raise ValueError(f"sources must name 'modelled' and/or 'measured', got {tuple(sources)!r}")
+    rows = []
+    for rec in _ok(records):
+        for b in _record_pair(rec):
+            if b.source not in sources:
+                continue
+            rows.append((rec["framework"], rec["model"], rec["precision"], str(rec["batch_size"]), b.source,
+                         *(_mb(b.parts[k]) for k in SEGMENTS), _mb(b.total), _mb(b.peak)))
+    cols = ("framework", "model", "precision", "batch", "source", *(LABELS[k] for k in SEGMENTS), "total", "peak")
+    return Table(cols, tuple(rows), "Memory of one training step, MB (n/a: not measurable here)")
+
+
+_WHY = {  # part -> what the model leaves out of it
+    "optimizer_states": "Adam's step counters, 4 B x {n} tensors",
+    "activations": "nll_loss's total-weight scalar, 4 B",
+}
+
+
+def difference_table(records) -> Table:
+    """Measured minus modelled bytes, part by part, for each finished PyTorch record, and what
+    the model leaves out. (JAX and TensorFlow split their memory differently; see `measured`.)"""
+    rows = []
+    for rec in _ok(records):
+        if rec.get("framework") != "torch":
+            continue
+        model, meas = _record_pair(rec)
+        tensors = _counts(rec["model"], rec["width"])[2]
+        diffs = {k: meas.parts[k] - model.parts[k] for k in SEGMENTS if meas.parts[k] is not None}
+        notes = []
+        for k, d in diffs.items():
+            if d and k == "optimizer_states" and d == 4 * tensors:
+                notes.append(_WHY[k].format(n=tensors))
+            elif d and k == "activations" and d == 4:
+                notes.append(_WHY[k])
+            elif d:
+                notes.append(f"{LABELS[k]}: {d:+d} B unexplained")
+        rows.append((rec["model"], rec["precision"], *(f"{diffs[k]:+d}" if k in diffs else "n/a" for k in SEGMENTS[:6]),
+                     "; ".join(notes) or "none"))
+    if not rows:
+        raise ValueError("difference_table needs finished PyTorch records (framework 'torch')")
+    return Table(("model", "precision", *(LABELS[k] for k in SEGMENTS[:6]), "what the model leaves out"), tuple(rows),
+                 "Measured minus modelled bytes (PyTorch)")
+
+
+def memory_figure(records, title: str = "", dpi: int = 80):
+    """Stacked bars per finished record: modelled (left, hatched) and measured (right).
+
+    A measured part that cannot be read here is left out and the bar is labelled; a
+    GPU allocator peak is drawn as a black tick. Returns the Figure.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    recs = _ok(records)
+    if not recs:
+        raise ValueError("memory_figure needs at least one finished record with a memory dict")
+    frameworks = {r["framework"] for r in recs}
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.3 * len(recs) + 2.8), 3.4), dpi=dpi)
+    ticks, labels, top = [], [], 0.0
+    for i, rec in enumerate(recs):
+        for j, b in enumerate(_record_pair(rec)):
+            x = 3 * i + j
+            bottom = 0.0
+            for seg in SEGMENTS:
+                v = b.parts[seg]
+                if v:
+                    ax.bar(x, v / 1e6, bottom=bottom, color=COLORS[seg], width=0.85, edgecolor="white",
+                           hatch="//" if b.source == "modelled" else None, linewidth=0.5)
+                    bottom += v / 1e6
+            text = f"{b.total / 1e6:.1f}" if b.total is not None else "no\nactivations"
+            ax.text(x, bottom, text, ha="center", va="bottom", fontsize=7)
+            if b.peak is not None:
+                ax.plot([x - 0.45, x + 0.45], [b.peak / 1e6] * 2, color="k", lw=2)
+                bottom = max(bottom, b.peak / 1e6)
+            top = max(top, bottom)
+            ticks.append(x)
+            name = f"{rec['framework']} " if len(frameworks) > 1 else ""
+            labels.append(f"{name}{rec['precision']}\n{'model' if b.source == 'modelled' else 'measured'}")
+    ax.set_xticks(ticks, labels, fontsize=7)
+    ax.set_ylim(0, 1.18 * top)
+    ax.set_ylabel("MB")
+    first = recs[0]
+    ax.set_title(title or f"{first['model']}, batch {first['batch_size']}, width {first['width']}: "
+                 "memory of one step (hatched: modelled)", fontsize=9)
+    used = [s for s in SEGMENTS if any(b.parts[s] for r in recs for b in _record_pair(r))]
+    handles = [Patch(color=COLORS[s], label=LABELS[s]) for s in used]
+    ax.legend(handles=handles, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def _by_batch(records) -> tuple[dict, dict]:
+    recs = _ok(records)
+    groups = {(r["framework"], r["model"], r["width"]) for r in recs}
+    if len(groups) != 1:
+        raise ValueError(f"batch_figure takes records of one framework, model and width; got {sorted(groups)}")
+    base = {r["batch_size"]: r for r in recs if r["precision"] == "fp32"}
+    cand: dict[str, dict[int, dict]] = {}
+    for r in recs:
+        if r["precision"] != "fp32" and r["batch_size"] in base:
+            cand.setdefault(r["precision"], {})[r["batch_size"]] = r
+    if not cand:
+        raise ValueError("batch_figure needs fp32 records and 16-bit records at the same batch sizes")
+    return base, cand
+
+
+def batch_figure(records, dpi: int = 80):
+    """How batch size changes the picture: speed-up over fp32 (left) and memory relative to
+    fp32 (right, measured points and modelled line) at each batch size, with seed 004's
+    claims (2-3x, 50%) drawn in. Returns the Figure."""
+    import matplotlib.pyplot as plt
+
+    base, cand = _by_batch(records)
+    first = next(iter(base.values()))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi)
+    ax.axhspan(2, 3, color="#54A24B", alpha=0.15, label="seed 004: 2-3x")
+    ax.axhline(1, color="k", lw=0.8)
+    bx.axhline(0.5, color="#54A24B", lw=1.5, alpha=0.6, label="seed 004: 50% saved")
+    bx.axhline(1, color="k", lw=0.8)
+    for i, (prec, recs) in enumerate(sorted(cand.items())):
+        bs = sorted(recs)
+        speed = [base[b]["step_time_s"] / recs[b]["step_time_s"] for b in bs]
+        ax.plot(bs, speed, "o-", color=f"C{i}", label=prec)
+        for b, s in zip(bs, speed):
+            ax.annotate(f"{s:.1f}x", (b, s), textcoords="offset points", xytext=(0, 5 if i % 2 == 0 else -11),
+                        ha="center", fontsize=7, color=f"C{i}")
+        ratio = [_ratio(first["framework"], recs[b], base[b]) for b in bs]
+        pts = [(b, r) for b, r in zip(bs, ratio) if r is not None]
+        if pts:
+            bx.plot(*zip(*pts), "o", color=f"C{i}", label=f"{prec} measured")
+        model = [modelled(first["model"], b, prec, first["width"]).total
+                 / modelled(first["model"], b, "fp32", first["width"]).total for b in bs]
+        bx.plot(bs, model, "--", color=f"C{i}", label=f"{prec} modelled")
+    batches = sorted({b for recs in cand.values() for b in recs})
+    for a, where in ((ax, "lower right"), (bx, "lower left")):
+        a.set_xscale("log", base=2)
+        a.set_xticks(batches, [str(b) for b in batches], fontsize=8)
+        a.minorticks_off()
+        a.set_xlabel("batch size")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7, frameon=False, loc=where)
+    ax.set_ylim(0, max(3.6, 1.1 * ax.get_ylim()[1]))
+    bx.set_ylim(0, 1.3)
+    ax.set_ylabel("speed-up vs fp32")
+    bx.set_ylabel("memory / fp32's memory")
+    ax.set_title(f"{first['framework']} {first['model']} (width {first['width']}): speed", fontsize=9)
+    bx.set_title("memory of one step (weights, gradients, Adam, activations)", fontsize=9)
+    fig.tight_layout()
+    plt.close(fig)
+    return fig
+
+
+def _ratio(framework: str, rec: dict, base: dict) -> float | None:
+    a, _ = total_bytes(framework, rec["memory"])
+    b, _ = total_bytes(framework, base["memory"])
+    return a / b if a is not None and b else None
+
+
+__all__ = ["COLORS", "LABELS", "LAYOUT", "SEGMENTS", "Breakdown", "batch_figure", "difference_table", "measured",
+           "memory_figure", "memory_table", "modelled", "total_bytes", "weight_copy_elements"]

@@ -1,0 +1,236 @@
+"""labkit.claims: the seeds' claims as data, verdicts from records built by hand (every branch)
+and from real tiny runs."""
+
+import doctest
+import re
+
+import pytest
+
+from labkit import bench, claims
+from labkit.claims import CLAIMS, Claim, Verdict, summary_table, verdict, verdict_table
+from labkit.train import PRECISIONS, RunConfig, run
+
+BASE = dict(framework="torch", model="mlp", shape="aligned", batch_size=512, width=1024, status="ok",
+            device="cpu (example)")
+
+
+def rec(precision, step_time_s=0.02, **kw):
+    return dict(BASE, precision=precision, step_time_s=step_time_s, **kw)
+
+
+def torch_mem(params, grads, adam, acts, copies=0):
+    return dict(parameter_bytes=params, gradient_bytes=grads, optimizer_state_bytes=adam,
+                saved_activation_bytes=acts, saved_weight_copy_bytes=copies)
+
+
+# fp32: 4+4+8 bytes per parameter for 100 parameters, 400 bytes of activations
+FP32_MEM = torch_mem(400, 400, 800, 400)
+AUTOCAST_MEM = torch_mem(400, 400, 800, 200, copies=180)  # fp32 weights, half the activations, copies
+PURE_MEM = torch_mem(200, 200, 400, 200)
+
+
+# -- the claims as data -------------------------------------------------------------------
+def test_claims_have_unique_keys_quote_a_seed_in_chinese_and_name_real_precisions():
+    assert len({c.key for c in CLAIMS}) == len(CLAIMS)
+    for c in CLAIMS:
+        assert c.seed in ("000", "003", "004")
+        assert re.search(r"[\u4e00-\u9fff]", c.quote), c.key
+        assert c.english and c.measure
+        assert c.precisions and set(c.precisions) <= set(PRECISIONS) - {"fp32"}
+        assert claims.get(c.key) is c and claims.get(c) is c
+
+
+def test_claims_table_lists_every_claim_with_its_quote():
+    t = claims.claims_table()
+    assert t.column("claim") == [c.key for c in CLAIMS]
+    assert "训练加速：2-3倍训练速度提升" in t.column("quote")
+
+
+def test_unknown_claims_and_metrics_are_refused():
+    with pytest.raises(ValueError, match="unknown claim 'faster'; choose one of speed, memory"):
+        claims.get("faster")
+    with pytest.raises(ValueError, match="unknown metric 'joy'; choose one of speedup"):
+        Claim("x", "004", "快", "fast", "nothing", "joy")
+
+
+# -- speed ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fp32_s, bf16_s, value, holds, words", [
+    (0.060, 0.020, 3.0, True, "holds here: 3.00x fp32"),
+    (0.040, 0.020, 2.0, True, "holds here: 2.00x fp32"),
+    (0.030, 0.020, 1.5, False, "does not hold here: 1.50x fp32, short of 2x (only the matmuls speed up"),
+    (0.03992, 0.020, 1.996, True, "holds here: 2.00x fp32"),  # judged as shown
+    (0.0398, 0.020, 1.99, False, "does not hold here: 1.99x fp32"),
+    (0.016, 0.020, 0.8, False, "does not hold here: 0.80x fp32, slower than fp32"),
+])
+def test_speed_verdict_follows_the_measured_ratio(fp32_s, bf16_s, value, holds, words):
+    v = verdict("speed", [rec("fp32", fp32_s), rec("bf16", bf16_s)])
+    assert v.value == pytest.approx(value) and v.holds is holds and v.text.startswith(words)
+
+
+def test_slow_16_bit_on_a_cpu_names_the_cause_and_on_a_gpu_does_not():
+    jax = [dict(r, framework="jax") for r in (rec("fp32", 0.016), rec("bf16", 0.020))]
+    assert "XLA:CPU runs 16-bit dots as f32" in verdict("speed", jax).text
+    gpu = [dict(r, device="cuda:0 (NVIDIA H100)") for r in jax]
+    assert "XLA:CPU" not in verdict("speed", gpu).text
+    fp16 = verdict("speed", [rec("fp32", 0.02), rec("fp16", 2.0)])
+    assert fp16.value == pytest.approx(0.01) and "no fp16 arithmetic on this CPU" in fp16.text
+
+
+def test_only_matching_finished_runs_are_compared():
+    assert verdict("speed", [rec("fp32")]).holds is None
+    assert "not measured" in verdict("speed", [rec("fp32")]).text
+    other_shape = dict(rec("bf16"), batch_size=256)
+    assert verdict("speed", [rec("fp32"), other_shape]).value is None
+    failed = dict(rec("bf16"), status="diverged")
+    skipped = dict(rec("fp16"), status="skipped", step_time_s=None)
+    assert verdict("speed", [rec("fp32", 0.06), failed, skipped, rec("bf16", 0.02)]).value == pytest.approx(3.0)
+    assert verdict("speed", [rec("fp32"), rec("bf16-pure")]).value is None  # not a precision this claim is about
+
+
+def test_several_comparisons_are_refused_by_verdict_and_counted_by_the_table():
+    records = [rec("fp32", 0.06), rec("bf16", 0.02), rec("fp16", 0.5)]
+    with pytest.raises(ValueError, match="hold 2 .*use verdict_table"):
+        verdict("speed", records)
+    t = verdict_table(records, ["speed"])
+    assert t.column("precision") == ["bf16", "fp16"] and t.column("measured") == ["3.00x", "0.12x"]
+
+
+def test_records_must_be_a_list_of_dicts():
+    with pytest.raises(TypeError, match="records must be dicts"):
+        verdict("speed", [("torch", "fp32")])
+    with pytest.raises(TypeError, match="records must be a list of dicts, got dict .*verdict_table"):
+        verdict("speed", {"speed": [rec("fp32")]})
+
+
+# -- memory ---------------------------------------------------------------------------------
+def test_mixed_precision_saves_activations_but_not_the_whole_step():
+    base, auto, pure = rec("fp32", memory=FP32_MEM), rec("bf16", memory=AUTOCAST_MEM), rec("bf16-pure", memory=PURE_MEM)
+    total = verdict("memory", [base, auto])
+    assert total.value == pytest.approx((1600 + 200 + 180) / 2000) and total.holds is False
+    assert "does not hold here: 0.99x" in total.text
+    assert "model states 1.00x" in total.text and "activations 0.50x" in total.text
+    assert "+0.00 MB weight copies" in total.text
+    assert verdict("activations", [base, auto]) == Verdict(0.5, "holds here: 0.50x fp32's bytes", True)
+    assert verdict("memory", [base, pure]).value == pytest.approx(0.5)
+    edge = verdict("activations", [base, rec("bf16", memory=torch_mem(400, 400, 800, 221))])
+    assert edge.text == "holds here: 0.55x fp32's bytes"  # 0.5525, judged as shown
+    partly = verdict("memory", [base, rec("bf16", memory=torch_mem(400, 400, 800, 0))])
+    assert partly.text.startswith("partly: 0.80x") and partly.holds is False
+
+
+def test_gradients_of_fp32_weights_are_not_halved():
+    g = verdict("gradients", [rec("fp32", memory=FP32_MEM), rec("bf16", memory=AUTOCAST_MEM)])
+    assert g.value == 1.0 and g.holds is False and "each gradient takes its weight's dtype" in g.text
+    assert verdict("gradients", [rec("fp32", memory=FP32_MEM), rec("bf16-pure", memory=PURE_MEM)]).holds is True
+
+
+def test_what_a_framework_cannot_measure_is_said_not_guessed():
+    tf = [dict(rec(p, memory={"parameter_bytes": 400, "gradient_bytes": 400, "optimizer_state_bytes": 800}),
+               framework="tf") for p in ("fp32", "bf16")]
+    v = verdict("memory", tf)
+    assert v.value is None and v.holds is None and "no allocator statistics on a CPU" in v.text
+    assert verdict("activations", tf).holds is None
+    jax_mem = {"parameter_bytes": 400, "optimizer_state_bytes": 800, "step_temp_bytes": 900}
+    jax = [dict(rec(p, memory=jax_mem), framework="jax") for p in ("fp32", "bf16")]
+    assert "JAX's gradients live inside the compiled step" in verdict("gradients", jax).text
+    assert verdict("activations", jax).value == 1.0
+    assert "XLA:CPU's temporaries" in verdict("activations", jax).text
+    assert verdict("memory", jax).value == 1.0
+
+
+def test_doubling_the_batch_compares_16_bit_at_2b_with_fp32_at_b():
+    fp32 = dict(rec("fp32", memory=FP32_MEM), batch_size=64)
+    bf16 = dict(rec("bf16", memory=torch_mem(400, 400, 800, 400, copies=180)), batch_size=128)
+    v = verdict("double-batch", [fp32, bf16])
+    assert v.value == pytest.approx(2180 / 2000) and v.holds is False
+    assert "fp32's bytes at batch 64" in v.text and "model states 1.00x" in v.text
+    pure = dict(rec("bf16-pure", memory=PURE_MEM), batch_size=128)
+    assert verdict("double-batch", [fp32, dict(pure, precision="bf16")]).holds is True
+    assert verdict("double-batch", [fp32, dict(bf16, batch_size=64)]).value is None  # same batch: not this claim
+    t = verdict_table([fp32, bf16], ["double-batch"])
+    assert t.column("batch") == ["64->128"]
+
+
+# -- accuracy -------------------------------------------------------------------------------
+def test_lossless_compares_test_accuracy_within_one_point():
+    base = rec("fp32", accuracy=0.950)
+    assert verdict("lossless", [base, rec("bf16", accuracy=0.945)]).holds is True
+    worse = verdict("lossless", [base, rec("bf16-pure", accuracy=0.90)])
+    assert worse.value == pytest.approx(0.05) and worse.text == "does not hold here: 90.0% vs fp32's 95.0%"
+    assert "needs training runs" in verdict("lossless", [rec("fp32"), rec("bf16")]).text
+
+
+# -- tables ---------------------------------------------------------------------------------
+def test_tables_take_one_list_for_all_claims_or_a_list_per_claim():
+    records = [rec("fp32", 0.06, memory=FP32_MEM), rec("bf16", 0.02, memory=AUTOCAST_MEM)]
+    t = verdict_table(records)
+    assert t.column("claim") == [c.key for c in CLAIMS]  # one comparison each, or one "not measured" row
+    assert t.column("verdict")[-1].startswith("not measured: needs training runs with a test accuracy")
+    assert t.column("verdict")[CLAIMS.index(claims.get("double-batch"))].startswith("not measured: needs an fp32 run")
+    s = summary_table({"speed": records, "gradients": records})
+    assert s.columns == ("claim", "seed", "torch")
+    torch = dict(zip(s.column("claim"), s.column("torch")))
+    assert torch["speed"] == "bf16 3.00x ✓" and torch["gradients"] == "bf16 1.00x ✗" and torch["memory"] == "-"
+    with pytest.raises(ValueError, match="unknown claims \\['fast'\\]"):
+        summary_table({"fast": records})
+
+
+def test_summary_sums_up_batch_sizes_as_a_range_and_says_from_where_a_claim_holds():
+    records = [rec("fp32", 0.06), rec("bf16", 0.02), dict(rec("fp32", 0.01), batch_size=16),
+               dict(rec("bf16", 0.01), batch_size=16)]
+    s = summary_table(records, ["speed"])
+    assert s.column("torch") == ["bf16 1.00-3.00x ✓ from batch 512 (batch 16-512)"]
+    middle = [dict(rec("fp32", 0.06), batch_size=64), dict(rec("bf16", 0.05), batch_size=64)]
+    assert summary_table(records + middle, ["speed"]).column("torch") == [
+        "bf16 1.00-3.00x ✓ from batch 512 (batch 16-512)"]
+    dip = [dict(rec("fp32", 0.06), batch_size=64), dict(rec("bf16", 0.02), batch_size=64),
+           dict(rec("fp32", 0.01), batch_size=1024), dict(rec("bf16", 0.01), batch_size=1024)]
+    assert summary_table(records + dip, ["speed"]).column("torch") == [
+        "bf16 1.00-3.00x ✓ at batch 64, 512 (batch 16-1024)"]
+
+
+def test_summary_has_a_column_per_framework_names_models_and_marks_what_cannot_be_measured():
+    tf_mem = {"parameter_bytes": 400, "gradient_bytes": 400, "optimizer_state_bytes": 800}
+    records = [dict(rec(p, memory=tf_mem), framework="tf") for p in ("fp32", "bf16")]
+    records += [rec("fp32", 0.06, memory=FP32_MEM), rec("bf16", 0.02, memory=AUTOCAST_MEM)]
+    records += [dict(rec("fp32", 0.03), model="transformer"), dict(rec("bf16", 0.02), model="transformer")]
+    s = summary_table(records, ["speed", "memory"])
+    assert s.columns == ("claim", "seed", "torch", "tf")
+    assert s.column("torch") == ["mlp bf16 3.00x ✓; transformer bf16 1.50x ✗",
+                                 "mlp bf16 0.99x ✗; transformer bf16 n/a"]  # no memory recorded for it
+    assert "reported no memory figures" in verdict("memory", records[-2:]).text
+    assert s.column("tf") == ["bf16 1.00x ✗", "n/a"]
+
+
+# -- real runs ------------------------------------------------------------------------------
+def test_verdicts_from_a_real_tiny_torch_benchmark():
+    pytest.importorskip("torch")
+    records = bench.bench("torch", "fp32,bf16,bf16-pure", "mlp", batch_size=32, width=32, warmup=1, steps=2)
+    fp32, bf16, pure = records
+    speed = verdict("speed", [fp32, bf16])
+    assert speed.value == fp32["step_time_s"] / bf16["step_time_s"]
+    assert speed.holds is (speed.value >= 2)
+    act = verdict("activations", [fp32, bf16])
+    assert act.value == bf16["memory"]["saved_activation_bytes"] / fp32["memory"]["saved_activation_bytes"]
+    assert act.holds is True  # autocast stores the big activations in bf16
+    assert verdict("gradients", [fp32, bf16]).value == 1.0  # fp32 master weights, fp32 gradients
+    assert verdict("gradients", [fp32, pure]).value == 0.5
+    states = verdict("memory", [fp32, bf16])
+    assert states.holds is False and "model states 1.00x" in states.text
+    assert len(verdict_table(records).rows) == 1 + 2 + 2 + 2 + 1 + 1
+
+
+def test_run_records_carry_accuracy_from_real_training_runs():
+    pytest.importorskip("torch")
+    results = [run(RunConfig("torch", p, steps=3, batch_size=32, progress=False)) for p in ("fp32", "bf16")]
+    records = claims.run_records(results)
+    assert [r["precision"] for r in records] == ["fp32", "bf16"]
+    assert records[0]["accuracy"] == results[0].metric["value"]
+    v = verdict("lossless", records)
+    assert v.value == pytest.approx(results[0].metric["value"] - results[1].metric["value"])
+    with pytest.raises(TypeError, match="run_records takes labkit.train.RunResult objects, got dict"):
+        claims.run_records(records)
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(claims).failed == 0

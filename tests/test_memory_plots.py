@@ -1,0 +1,184 @@
+"""labkit.memory_plots: the modelled breakdown against real PyTorch runs, the reading of each
+runner's memory dict, the table and the figures."""
+
+import doctest
+
+import pytest
+
+from labkit import bench, memory, memory_plots
+from labkit.memory_plots import (
+    SEGMENTS,
+    batch_figure,
+    measured,
+    memory_figure,
+    memory_table,
+    modelled,
+)
+from labkit.train import RunConfig, models, run
+
+torch = pytest.importorskip("torch")
+
+WIDTH = {"mlp": 48, "transformer": 32}
+
+
+def torch_memory(model, precision, batch=16):
+    res = run(RunConfig("torch", precision, model=model, width=WIDTH[model], batch_size=batch, steps=1,
+                        dataset="synthetic", progress=False))
+    return res.memory
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16", "bf16-pure"])
+def test_modelled_breakdown_matches_what_torch_holds_part_by_part(model, precision):
+    params = models.init_params(model, width=WIDTH[model])
+    got = measured("torch", torch_memory(model, precision)).parts
+    want = modelled(model, 16, precision, WIDTH[model]).parts
+    for part in ("weights", "master_weights", "gradients", "weight_copies"):
+        assert got[part] == want[part], part
+    # torch's Adam keeps a float32 step counter per parameter tensor; the ZeRO count leaves it out
+    assert got["optimizer_states"] - want["optimizer_states"] == 4 * len(params)
+    # and autograd keeps one more float32 scalar with the loss (nll_loss's total weight)
+    assert got["activations"] - want["activations"] == 4
+
+
+def test_autocast_keeps_fp32_weights_and_adds_16_bit_copies_that_pure_bf16_does_not():
+    fp32, bf16, pure = (modelled("mlp", 64, p, 256) for p in ("fp32", "bf16", "bf16-pure"))
+    n = models.count_params(models.init_params("mlp", width=256))
+    assert bf16.parts["weights"] == fp32.parts["weights"] == 4 * n
+    assert bf16.parts["weight_copies"] == 2 * (256 * 256 + 256 * 10)  # not the first layer: its input is data
+    assert fp32.parts["weight_copies"] == pure.parts["weight_copies"] == 0
+    assert pure.parts["weights"] == 2 * n and pure.parts["optimizer_states"] == 4 * n
+    assert fp32.total == sum(fp32.parts.values())
+
+
+def test_the_states_are_the_zero_count_and_activations_the_activation_model():
+    b = modelled("transformer", 8, "bf16", 32)
+    n = models.count_params(models.init_params("transformer", width=32))
+    states = memory.model_state_bytes(n, "autocast", "adam")
+    assert all(b.parts[k] == states[k] for k in ("weights", "master_weights", "gradients", "optimizer_states"))
+    assert b.parts["activations"] == memory.activation_bytes("transformer", 8, "bf16", 32)
+
+
+def test_jax_memory_is_read_from_the_compiled_step_and_folds_gradients_into_temporaries():
+    pytest.importorskip("jax")
+    res = run(RunConfig("jax", "bf16", width=32, batch_size=16, steps=1, dataset="synthetic", progress=False))
+    b = measured("jax", res.memory)
+    assert b.complete and b.parts["step_temporaries"] == res.memory["step_temp_bytes"] > 0
+    assert b.parts["gradients"] is None and b.parts["activations"] is None
+    assert b.total == res.memory["parameter_bytes"] + res.memory["optimizer_state_bytes"] + res.memory["step_temp_bytes"]
+    assert "temporaries" in b.note
+
+
+def test_tensorflow_on_a_cpu_has_no_activation_count_so_no_total():
+    mem = {"parameter_bytes": 400, "gradient_bytes": 400, "optimizer_state_bytes": 812}
+    b = measured("tf", mem)
+    assert b.total is None and not b.complete and "CPU" in b.note
+    assert memory_plots.total_bytes("tf", mem) == (None, b.note)
+    on_gpu = measured("tf", dict(mem, gpu_peak_bytes=5000))
+    assert memory_plots.total_bytes("tf", dict(mem, gpu_peak_bytes=5000)) == (5000, "allocator peak")
+    assert on_gpu.peak == 5000
+
+
+def test_a_cuda_peak_is_preferred_to_the_sum_of_parts():
+    mem = dict(parameter_bytes=4, gradient_bytes=4, optimizer_state_bytes=8, saved_activation_bytes=4,
+               saved_weight_copy_bytes=0)
+    assert memory_plots.total_bytes("torch", mem) == (20, "sum of measured parts")
+    assert memory_plots.total_bytes("torch", dict(mem, cuda_max_memory_allocated_bytes=99)) == (99, "allocator peak")
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: modelled("mlp", 8, "fp8"), ValueError, "unknown precision 'fp8'; choose one of fp32"),
+    (lambda: modelled("resnet", 8, "fp32"), ValueError, "unknown model 'resnet'"),
+    (lambda: modelled("mlp", 0, "fp32"), ValueError, "batch_size must be a whole number >= 1"),
+    (lambda: modelled("mlp", 8, "fp32", width=-3), ValueError, "width must be None .* or a whole number >= 1"),
+    (lambda: modelled("transformer", 8, "fp32", width=30), ValueError, "multiple of 4"),
+    (lambda: measured("mxnet", {}), ValueError, "unknown framework 'mxnet'; choose one of torch, jax, tf"),
+    (lambda: measured("torch", [1, 2]), TypeError, "memory dict"),
+    (lambda: memory_table([("torch", "fp32")]), TypeError, "records must be dicts"),
+    (lambda: memory_table([{"status": "ok", "memory": {}}]), ValueError, "needs 'framework'"),
+    (lambda: memory_figure([]), ValueError, "at least one finished record"),
+])
+def test_bad_input_is_refused_with_what_is_allowed(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.fixture(scope="module")
+def records():
+    return bench.bench("torch", "fp32,bf16,bf16-pure", "mlp", batch_size=32, width=32, warmup=0, steps=1)
+
+
+def test_table_has_a_modelled_and_a_measured_row_per_record(records):
+    t = memory_table(records)
+    assert t.column("source") == ["modelled", "measured"] * 3
+    assert t.column("precision") == ["fp32", "fp32", "bf16", "bf16", "bf16-pure", "bf16-pure"]
+    fp32_model, fp32_measured = (float(v) for v in t.column("weights")[:2])
+    assert fp32_model == fp32_measured == pytest.approx(records[0]["memory"]["parameter_bytes"] / 1e6, abs=0.005)
+
+
+def test_table_can_show_the_model_alone_and_refuses_other_sources(records):
+    t = memory_table(records, sources=("modelled",))
+    assert t.column("source") == ["modelled"] * 3 and set(t.column("peak")) == {"n/a"}
+    with pytest.raises(ValueError, match="sources must name 'modelled' and/or 'measured'"):
+        memory_table(records, sources=("guessed",))
+
+
+def test_difference_table_explains_every_byte_the_model_leaves_out(records):
+    t = memory_plots.difference_table(records)
+    assert t.column("precision") == ["fp32", "bf16", "bf16-pure"]
+    assert set(t.column("weights")) == set(t.column("gradients")) == set(t.column("16-bit weight copies")) == {"+0"}
+    assert set(t.column("optimizer states")) == {"+24"} and set(t.column("activations")) == {"+4"}
+    assert set(t.column("what the model leaves out")) == {
+        "Adam's step counters, 4 B x 6 tensors; nll_loss's total-weight scalar, 4 B"}
+    odd = dict(records[0], memory=dict(records[0]["memory"], saved_activation_bytes=1))
+    assert "activations: " in memory_plots.difference_table([odd]).column("what the model leaves out")[0]
+    assert "unexplained" in memory_plots.difference_table([odd]).column("what the model leaves out")[0]
+    with pytest.raises(ValueError, match="needs finished PyTorch records"):
+        memory_plots.difference_table([dict(r, framework="jax") for r in records])
+
+
+def test_memory_figure_stacks_each_part_of_each_bar(records):
+    fig = memory_figure(records)
+    (ax,) = fig.axes
+    assert len(ax.get_xticks()) == 6
+    bars = ax.patches
+    nonzero = sum(1 for r in records for b in memory_plots._record_pair(r) for s in SEGMENTS if b.parts[s])
+    assert len(bars) == nonzero
+    # the top of the measured bf16 bar is its total
+    m = measured("torch", records[1]["memory"])
+    tops = [p.get_y() + p.get_height() for p in bars if abs(p.get_x() + p.get_width() / 2 - 4) < 1e-9]
+    assert max(tops) == pytest.approx(m.total / 1e6)
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["weights", "gradients"]
+
+
+def test_skipped_records_are_left_out_of_the_table_and_figure(records):
+    skipped = dict(records[0], status="skipped", memory=None)
+    assert len(memory_table([skipped, *records]).rows) == 6
+
+
+def test_batch_figure_plots_speedup_and_memory_ratio_per_batch():
+    recs = bench.bench("torch", "fp32,bf16", "mlp", batch_size=8, width=32, warmup=0, steps=1)
+    recs += bench.bench("torch", "fp32,bf16", "mlp", batch_size=64, width=32, warmup=0, steps=1)
+    fig = batch_figure(recs)
+    ax, bx = fig.axes
+    (speed,) = [line for line in ax.get_lines() if line.get_label() == "bf16"]
+    assert list(speed.get_xdata()) == [8, 64]
+    want = [recs[0]["step_time_s"] / recs[1]["step_time_s"], recs[2]["step_time_s"] / recs[3]["step_time_s"]]
+    assert list(speed.get_ydata()) == pytest.approx(want)
+    (ratio,) = [line for line in bx.get_lines() if line.get_label() == "bf16 measured"]
+    totals = [measured("torch", r["memory"]).total for r in recs]
+    assert list(ratio.get_ydata()) == pytest.approx([totals[1] / totals[0], totals[3] / totals[2]])
+    (model,) = [line for line in bx.get_lines() if line.get_label() == "bf16 modelled"]
+    assert model.get_ydata()[1] < model.get_ydata()[0]  # activations grow with the batch, the states do not
+
+
+def test_batch_figure_wants_one_framework_and_matching_batches(records):
+    other = [dict(r, framework="jax") for r in records]
+    with pytest.raises(ValueError, match="one framework, model and width"):
+        batch_figure(records + other)
+    with pytest.raises(ValueError, match="fp32 records and 16-bit records at the same batch sizes"):
+        batch_figure(records[:1])
+
+
+def test_docstring_examples_run():
+    assert doctest.testmod(memory_plots).failed == 0
