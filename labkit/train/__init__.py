@@ -28,6 +28,10 @@ def run(config: RunConfig) -> RunResult:
     except ImportError as exc:
         extra = {"torch": "torch", "jax": "jax", "tf": "tf"}[config.framework]
         raise ImportError(f"{config.framework} runs need the framework: pip install 'labkit[{extra}]' ({exc})") from exc
+    if config.devices > 1:
+        from labkit import distributed
+
+        return distributed.run(config)
     return train(config, runner.make_stepper)
 
 

@@ -35,6 +35,8 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16-pure")
 MODELS = ("mlp", "transformer")
 DATASETS = ("digits", "synthetic")
 OPTIMIZERS = ("adam", "sgd")
+PARALLEL = ("dp", "fsdp")
+REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "gpu", "tpu")
 
 
@@ -72,6 +74,14 @@ class RunConfig:
       init_scale: the initial loss scale for fp16 (None: the framework's default).
       inject_overflow: steps (0-based) at which one gradient is set to inf, to watch the
         scaler skip the step and back off. Only meaningful with fp16.
+      devices: how many devices (or, for PyTorch, processes) share each step; > 1 runs the
+        framework's own distributed engine (labkit.distributed): torch DDP / FSDP2 under torchrun
+        (gloo on CPUs, nccl on GPUs), a jax.sharding mesh (virtual CPU devices here), a
+        tf.distribute strategy. The batch is the global batch, split across devices.
+      parallel: "dp" (every device holds all parameters; gradients are all-reduced) or
+        "fsdp" (parameters, gradients and optimizer states sharded across devices).
+      reduce_dtype: the dtype gradients are reduced in across devices (None: the
+        framework's default for the precision): "fp32", "bf16", "fp16".
       out: a path; every finished step is appended to it as a JSON line as the run goes.
       progress: show a tqdm progress bar (tqdm.auto: a widget in notebooks, text in terminals).
     """
@@ -90,6 +100,9 @@ class RunConfig:
     width: int | None = None
     init_scale: float | None = None
     inject_overflow: tuple[int, ...] = ()
+    devices: int = 1
+    parallel: str = "dp"
+    reduce_dtype: str | None = None
     out: str | None = None
     progress: bool = True
 
@@ -102,6 +115,12 @@ class RunConfig:
         _choice("device", self.device, DEVICES)
         _positive_int("steps", self.steps)
         _positive_int("batch_size", self.batch_size)
+        _positive_int("devices", self.devices)
+        _choice("parallel", self.parallel, PARALLEL)
+        if self.reduce_dtype is not None:
+            _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        if self.batch_size % self.devices:
+            raise ValueError(f"batch_size {self.batch_size} must divide evenly over {self.devices} devices")
         if self.width is not None:
             _positive_int("width", self.width)
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:

@@ -1,0 +1,24 @@
+"""Mixed precision across devices, with each framework's own distributed engine.
+
+``run(config)`` with ``config.devices > 1`` dispatches here: ``labkit.distributed.torch_dist``
+(DDP / FSDP2 under torchrun), ``labkit.distributed.jax_dist`` (a jax.sharding mesh),
+``labkit.distributed.tf_dist`` (tf.distribute). Results keep labkit.train's RunResult schema, with
+``extra["comm_bytes_per_step"]`` and ``extra["reduce_dtype"]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_ENGINES = {"torch": "labkit.distributed.torch_dist", "jax": "labkit.distributed.jax_dist", "tf": "labkit.distributed.tf_dist"}
+
+
+def run(config):
+    """Run `config` (devices > 1) on its framework's distributed engine."""
+    if config.devices < 2:
+        raise ValueError("labkit.distributed.run is for devices >= 2; labkit.train.run handles one device")
+    try:
+        engine = importlib.import_module(_ENGINES[config.framework])
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"no distributed engine for {config.framework} in this labkit ({exc})") from exc
+    return engine.run(config)
