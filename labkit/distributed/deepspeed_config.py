@@ -1,0 +1,201 @@
+"""DeepSpeed's mixed precision config (seed 004), explained as data; DeepSpeed itself is not needed.
+
+Seed 004 passes ``{"fp16": {...}}`` or ``{"bf16": {"enabled": True}}`` to ``deepspeed.initialize``.
+What each key does, which dtype the gradient collectives move, what ZeRO stages 0-3 keep per
+rank, and how the loss scale moves -- all read from DeepSpeed's source (microsoft/DeepSpeed):
+
+* ``deepspeed/runtime/config.py`` (``get_fp16_enabled``, ``get_loss_scale``,
+  ``get_dynamic_loss_scale_args``, ``get_communication_data_type``: "fp32" | "fp16" | "bf16",
+  default None) and ``deepspeed/runtime/constants.py`` (the defaults);
+* ``deepspeed/runtime/engine.py``, ``DeepSpeedEngine.communication_data_type``: the config's
+  value if set, **else fp16 when fp16 is enabled, else bf16 when bf16 is enabled, else fp32**;
+  the engine hands it to ``DeepSpeedZeroOptimizer`` (``deepspeed/runtime/zero/stage_1_and_2.py``),
+  which casts each gradient bucket to it before the all-reduce (stage 1) / reduce-scatter (stage 2).
+  So by default a bf16 run reduces gradients in bf16 -- summing in 8 mantissa bits -- unless you
+  write ``"communication_data_type": "fp32"``; an fp16 run reduces the *scaled* fp16 gradients.
+
+What differs from a real DeepSpeed run (on this CPU there is none): `explain` and `zero_memory`
+are DeepSpeed's rules written as data and the ZeRO paper's arithmetic, not measurements; the
+loss scale comes from `labkit.scaling`'s "deepspeed" preset (a replay of ``DynamicLossScaler``
+tested against its source, step for step), fed with overflow flags you choose, not with real
+fp16 gradients; no bucketing, no communication overlap, no fused kernels, no activation memory.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from pathlib import Path
+
+from labkit import memory, scaling
+
+SOURCE = "microsoft/DeepSpeed deepspeed/runtime/config.py, constants.py, engine.py, zero/stage_1_and_2.py"
+
+SEED_FP16 = {"fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                      "hysteresis": 2, "min_loss_scale": 1}}
+SEED_BF16 = {"bf16": {"enabled": True}}
+
+# The keys DeepSpeed's config parser reads for these sections (deepspeed/runtime/config.py and
+# constants.py; zero/config.py for zero_optimization), with their defaults and meaning.
+KEYS = {
+    "fp16": {
+        "enabled": (False, "turn on fp16: the engine casts the model to half; ZeRO keeps fp32 master weights"),
+        "auto_cast": (False, "cast floating-point inputs of forward() to fp16"),
+        "loss_scale": (0, "0 = dynamic loss scaling; any other value = that static scale (steps still skipped on overflow)"),
+        "initial_scale_power": (16, "the dynamic scale starts at 2**initial_scale_power"),
+        "loss_scale_window": (1000, "grow the scale x2 after this many steps without overflow"),
+        "hysteresis": (2, "overflows forgiven (step skipped, scale kept) before the scale is halved"),
+        "consecutive_hysteresis": (False, "refill the hysteresis after every good step, not only at growth"),
+        "min_loss_scale": (1, "floor of the scale; an overflow at the floor stops training with an exception"),
+        "fp16_master_weights_and_grads": (False, "keep master weights and gradients in fp16 too (ZeRO-Offload only)"),
+    },
+    "bf16": {
+        "enabled": (False, "turn on bf16: model in bf16, fp32 master weights in the optimizer; no loss scaling"),
+    },
+    "zero_optimization": {
+        "stage": (0, "0 off, 1 shard optimizer states, 2 + gradients, 3 + parameters"),
+        "reduce_scatter": (True, "stage 2: reduce-scatter gradients (each rank gets its shard) instead of all-reduce"),
+        "reduce_bucket_size": (500_000_000, "elements per gradient-reduction bucket"),
+        "allgather_bucket_size": (500_000_000, "elements per all-gather of updated parameters (stages 1, 2)"),
+        "overlap_comm": (False, "overlap gradient reduction with the backward pass"),
+        "contiguous_gradients": (True, "copy gradients into one contiguous buffer as they are produced"),
+    },
+    "": {  # top level
+        "train_batch_size": (None, "global batch; this or train_micro_batch_size_per_gpu is required"),
+        "train_micro_batch_size_per_gpu": (None, "batch per rank per forward/backward"),
+        "gradient_accumulation_steps": (1, "micro-steps per optimizer step"),
+        "gradient_clipping": (0.0, "clip the global norm of the unscaled gradients (0 = off)"),
+        "communication_data_type": (None, "dtype of gradient collectives: 'fp32' | 'fp16' | 'bf16'; "
+                                    "None = fp16 if fp16 on, else bf16 if bf16 on, else fp32"),
+        "prescale_gradients": (False, "divide gradients by the world size before the reduction, not after"),
+        "optimizer": (None, "{'type': 'Adam', 'params': {...}}: DeepSpeed builds the optimizer (and its scaler)"),
+    },
+}
+_COMM = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _sections(config: dict) -> tuple[dict, dict, dict]:
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict (a DeepSpeed config), got {type(config).__name__}")
+    fp16, bf16 = config.get("fp16", {}), config.get("bf16", config.get("bfloat16", {}))
+    zero = config.get("zero_optimization", {})
+    for name, sec in (("fp16", fp16), ("bf16", bf16), ("zero_optimization", zero)):
+        if not isinstance(sec, dict):
+            raise TypeError(f"config[{name!r}] must be a dict, got {type(sec).__name__}")
+    if fp16.get("enabled") and bf16.get("enabled"):
+        raise ValueError("fp16 and bf16 are both enabled; DeepSpeed accepts only one of them")
+    return fp16, bf16, zero
+
+
+def communication_dtype(config: dict) -> str:
+    """The dtype DeepSpeed reduces gradients in for `config` (``DeepSpeedEngine.communication_data_type``).
+
+    >>> communication_dtype(SEED_FP16), communication_dtype(SEED_BF16)
+    ('float16', 'bfloat16')
+    >>> communication_dtype({**SEED_BF16, "communication_data_type": "fp32"})
+    'float32'
+    """
+    fp16, bf16, _ = _sections(config)
+    value = config.get("communication_data_type")
+    if value is not None:
+        if not isinstance(value, str) or value.lower() not in _COMM:
+            raise ValueError(f"communication_data_type must be one of 'fp16', 'bf16', 'fp32'; got {value!r}")
+        return _COMM[value.lower()]
+    return "float16" if fp16.get("enabled") else "bfloat16" if bf16.get("enabled") else "float32"
+
+
+def explain(config: dict) -> list[dict]:
+    """One row per key DeepSpeed reads from `config`'s fp16/bf16/zero/top-level sections.
+
+    Each row: ``section``, ``key``, ``value`` (as written, or the default), ``default`` (True when
+    not written), ``meaning``. Unknown keys in those sections raise ValueError (DeepSpeed would
+    ignore some and reject others; a typo here is always a mistake).
+    """
+    _sections(config)
+    rows, known_top = [], set(KEYS[""]) | {"fp16", "bf16", "bfloat16", "zero_optimization"}
+    for section, keys in KEYS.items():
+        given = config if section == "" else config.get(section, config.get("bfloat16") if section == "bf16" else None)
+        if section == "zero_optimization" and given is None:
+            continue
+        given = given or {}
+        if section:
+            unknown = set(given) - set(keys)
+            if unknown:
+                raise ValueError(f"unknown keys in {section!r}: {sorted(unknown)}; DeepSpeed reads {sorted(keys)}")
+        for key, (default, meaning) in keys.items():
+            rows.append({"section": section or "(top)", "key": key, "value": given.get(key, default),
+                         "default": key not in given, "meaning": meaning})
+    extra = set(config) - known_top
+    if extra:
+        rows.append({"section": "(top)", "key": ", ".join(sorted(extra)), "value": "...", "default": False,
+                     "meaning": "not explained here (see DeepSpeed's config docs)"})
+    return rows
+
+
+def zero_memory(n_params: int, ranks: int, stage: int, optimizer: str = "adam") -> dict[str, float]:
+    """Bytes of model states per rank under ZeRO `stage` over `ranks` (ZeRO paper, Rajbhandari et al. 2020).
+
+    Mixed precision with Adam: 2 bytes fp16/bf16 weights, 2 gradients, K = 12 for the fp32 master
+    weights and Adam's m and v (`labkit.memory.model_state_bytes(n, "mixed")`). Stage 0 keeps all
+    of it on every rank: 16 bytes/param. Stage 1 shards the K part, stage 2 also the gradients,
+    stage 3 also the weights:
+
+        stage 0: (2 + 2 + K) * P      stage 1: (2 + 2) * P + K * P / N
+        stage 2: 2 * P + (2 + K) * P / N          stage 3: (2 + 2 + K) * P / N
+
+    >>> zero_memory(10**9, ranks=64, stage=3)["total"] / 1e9    # 16 GB / 64
+    0.25
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, numbers.Integral) or ranks < 1:
+        raise ValueError(f"ranks must be a whole number >= 1, got {ranks!r}")
+    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    full = memory.model_state_bytes(n_params, "mixed", optimizer)
+    shard = {"weights": stage >= 3, "gradients": stage >= 2, "master_weights": stage >= 1, "optimizer_states": stage >= 1}
+    out = {k: full[k] / ranks if shard[k] else float(full[k]) for k in shard}
+    out["total"] = sum(out.values())
+    return out
+
+
+def simulate_loss_scale(config: dict, overflows) -> "scaling.Trace":
+    """Replay `config`'s fp16 loss scaling over a list of overflow flags (labkit's "deepspeed" preset).
+
+    Under ZeRO every rank all-reduces its overflow flag before the decision, so one rank's
+    overflow is a True here for all of them. ValueError if fp16 is not enabled (bf16 has no scaler).
+    """
+    preset, options = scaling.deepspeed_options(config)
+    if preset == "none":
+        raise ValueError("this config does not enable fp16, so DeepSpeed does no loss scaling (bf16 needs none)")
+    return scaling.simulate(preset, overflows=list(overflows), **options)
+
+
+def write_ds_config(path, precision: str = "bf16", *, stage: int = 2, micro_batch_per_gpu: int = 8,
+                    grad_accum: int = 1, lr: float = 1e-3, clip: float = 1.0,
+                    communication_data_type: str | None = None) -> dict:
+    """Write a DeepSpeed JSON config a GPU user can pass to ``deepspeed.initialize(config=path)``.
+
+    `precision`: "fp16" (the seed's block: dynamic scaling from 2**16, window 1000, hysteresis 2)
+    or "bf16". Adds what the seed's config lacks and DeepSpeed needs: a batch size (required),
+    an optimizer (without one, ``deepspeed.initialize`` builds no optimizer and no loss scaler)
+    and a ``zero_optimization`` stage. Returns the dict written.
+    """
+    if precision not in ("fp16", "bf16"):
+        raise ValueError(f"precision must be 'fp16' or 'bf16', got {precision!r}")
+    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
+        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    for name, value in (("micro_batch_per_gpu", micro_batch_per_gpu), ("grad_accum", grad_accum)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    if communication_data_type is not None and communication_data_type not in _COMM:
+        raise ValueError(f"communication_data_type must be None or one of {', '.join(_COMM)}, "
+                         f"got {communication_data_type!r}")
+    config = {"train_micro_batch_size_per_gpu": int(micro_batch_per_gpu), "gradient_accumulation_steps": int(grad_accum),
+              "gradient_clipping": float(clip),
+              "optimizer": {"type": "AdamW", "params": {"lr": float(lr), "betas": [0.9, 0.999], "eps": 1e-8,
+                                                        "weight_decay": 0.0}},
+              "zero_optimization": {"stage": stage},
+              **(SEED_FP16 if precision == "fp16" else SEED_BF16)}
+    if communication_data_type is not None:
+        config["communication_data_type"] = communication_data_type
+    Path(path).write_text(json.dumps(config, indent=2) + "\n")
+    return config
