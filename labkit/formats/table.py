@@ -25,6 +25,20 @@ class Table:
             if len(row) != len(self.columns):
                 raise ValueError(f"row {row!r} has {len(row)} cells; the header has {len(self.columns)}")
 
+    @classmethod
+    def from_dicts(cls, rows, columns=None, title: str = "") -> "Table":
+        """A table of dicts (one per row); `columns` picks and orders the keys (default: the first row's).
+
+        >>> print(Table.from_dicts([{"op": "all-reduce", "bytes": 128}]))
+        op          bytes
+        ----------  -----
+        all-reduce  128
+        """
+        rows = list(rows)
+        if columns is None:
+            columns = list(rows[0]) if rows else []
+        return cls(tuple(columns), tuple(tuple(_cell(r.get(c, "")) for c in columns) for r in rows), title)
+
     def column(self, name: str) -> list[str]:
         if name not in self.columns:
             raise ValueError(f"no column {name!r}; columns are {', '.join(self.columns)}")
@@ -47,6 +61,12 @@ class Table:
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in self.rows)
         caption = f"<caption>{esc(self.title)}</caption>" if self.title else ""
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def loss_scaling_need(fmt) -> str:

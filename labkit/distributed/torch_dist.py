@@ -1,0 +1,222 @@
+"""PyTorch across processes: DDP and FSDP2 under ``torchrun``, with a mixed precision policy.
+
+``run(config)`` (reached through ``labkit.train.run`` when ``config.devices > 1``) starts
+
+    python -m torch.distributed.run --nnodes=1 --nproc-per-node=N \\
+        --master-addr=127.0.0.1 --master-port=<free port> -m labkit.distributed.torch_worker spec.json
+
+one process per device (gloo on CPUs, nccl on GPUs), waits for them and reads back the
+JSON-lines log rank 0 wrote, as a `RunResult` with the usual schema plus, in ``extra``:
+
+* ``comm_bytes_per_step`` and ``collectives`` -- every collective one step launched, with the
+  dtype and element count the profiler saw (see `labkit.distributed.torch_worker`);
+* ``reduce_dtype`` -- the dtype the gradients were really reduced in (the largest reduction);
+* ``sharding`` -- each parameter's full shape, per-rank local shape and stored dtype;
+* ``compute_dtypes`` -- the dtype each Linear's output had in the first forward pass;
+* ``skipped_by_rank`` / ``local_grads_finite_by_rank`` -- fp16: each rank's skip decision and
+  whether its own gradients were finite, step by step.
+
+The default reduction dtype is PyTorch's: DDP reduces the gradients in their own dtype (fp32
+under autocast, whose weights are fp32); FSDP2 reduces in ``param_dtype`` (bf16 for "bf16")
+unless ``MixedPrecisionPolicy.reduce_dtype`` says otherwise.
+
+>>> from labkit.train import RunConfig, run
+>>> res = run(RunConfig("torch", "bf16", steps=3, width=32, devices=2, parallel="fsdp",
+...                     reduce_dtype="fp32", progress=False))      # doctest: +SKIP
+>>> res.extra["reduce_dtype"], res.extra["sharding"][0]["local_shape"]   # doctest: +SKIP
+('fp32', [[16, 64], [16, 64]])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from labkit.train.config import RunConfig
+from labkit.train.loop import RunFailed
+from labkit.train.result import RunResult
+
+ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def check(config: RunConfig) -> str:
+    """Raise ValueError for a config DDP/FSDP2 cannot run here; return the backend ("gloo" | "nccl")."""
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"torch_dist.run takes a RunConfig, got {type(config).__name__}")
+    if config.framework != "torch":
+        raise ValueError(f"torch_dist runs framework='torch', got {config.framework!r}")
+    if config.devices < 2:
+        raise ValueError(f"torch_dist needs devices >= 2 (processes), got {config.devices}")
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = config.device
+    if device == "auto":
+        device = "cuda" if gpus >= config.devices else "cpu"
+    if device == "tpu":
+        raise ValueError("torch_dist runs DDP/FSDP2 on CPUs (gloo) or CUDA GPUs (nccl), not on a TPU; "
+                         "use device='cpu', 'cuda' or 'auto'")
+    if device in ("cuda", "gpu"):
+        if gpus < config.devices:
+            raise ValueError(f"devices={config.devices} on CUDA needs {config.devices} GPUs, this machine has "
+                             f"{gpus}; use device='cpu' (gloo) or fewer devices")
+        from labkit.train.torch_runner import check_precision
+
+        check_precision(config.precision, torch.device("cuda", 0))
+    if config.precision == "bf16-pure" and config.reduce_dtype not in (None, "bf16"):
+        raise ValueError("bf16-pure keeps the gradients in bf16, so they are reduced in bf16; "
+                         f"reduce_dtype={config.reduce_dtype!r} is not offered here (use None or 'bf16')")
+    return "nccl" if device in ("cuda", "gpu") else "gloo"
+
+
+def run(config: RunConfig, timeout_s: float | None = None) -> RunResult:
+    """Train `config` on `config.devices` processes (DDP or FSDP2) and return rank 0's result.
+
+    Raises `labkit.train.RunFailed` (with the workers' stderr tail, and ``.result`` holding the
+    steps rank 0 recorded) if the workers fail.
+    """
+    backend = check(config)
+    with tempfile.TemporaryDirectory(prefix="labkit_torch_dist_") as tmp:
+        out = config.out or os.path.join(tmp, "run.jsonl")
+        spec = {"config": config.to_dict(), "out": out, "backend": backend}
+        return _launch(spec, config, tmp, timeout_s)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(spec: dict, config: RunConfig, tmp: str, timeout_s: float | None) -> RunResult:
+    path = Path(tmp) / "spec.json"
+    path.write_text(json.dumps(spec))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={config.devices}",
+           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "labkit.distributed.torch_worker",
+           str(path)]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here so it does not warn
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    out = spec.get("out")
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except BaseException as exc:  # KeyboardInterrupt, timeout: stop torchrun and its workers
+        os.killpg(proc.pid, signal.SIGTERM)  # torchrun passes it on to every worker
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        if isinstance(exc, KeyboardInterrupt) and _recorded(out):
+            return RunResult.load(out)  # status "interrupted", with every step rank 0 finished
+        raise
+    recorded = _recorded(out)
+    if proc.returncode != 0:
+        result = RunResult.load(out) if recorded else RunResult(config=config, status="failed")
+        tail = "\n".join(_workers_stderr(stderr or stdout)[-40:])
+        result.status, result.error = "failed", result.error or f"torchrun exited with {proc.returncode}"
+        raise RunFailed(f"the torch workers failed (torchrun exit code {proc.returncode}) after "
+                        f"{result.steps_done} steps; their stderr ends with:\n{tail}", result)
+    return RunResult.load(out)
+
+
+def _recorded(out) -> bool:
+    return out is not None and Path(out).exists() and Path(out).stat().st_size > 0
+
+
+def _workers_stderr(text: str) -> list[str]:
+    """stderr without torchrun's own traceback (which only says that a child failed)."""
+    lines, out, skipping = text.strip().splitlines(), [], False
+    for line in lines:
+        if line.startswith("Traceback") and not skipping:
+            nxt = lines[lines.index(line) + 1] if lines.index(line) + 1 < len(lines) else ""
+            skipping = "<frozen runpy>" in nxt
+        if not skipping:
+            out.append(line)
+        elif "ChildFailedError" in line:
+            skipping = False
+    return out
+
+
+# -- helpers a notebook can print ---------------------------------------------------------
+def reduction_bytes(model: str = "mlp", reduce_dtype: str = "fp32", width: int | None = None,
+                    parallel: str = "dp") -> int:
+    """Bytes one step's gradient reduction moves, from the real parameter sizes.
+
+    Counted as nccl-tests counts a collective's size (the full buffer): every gradient once,
+    in `reduce_dtype` -- DDP's all-reduce and FSDP2's reduce-scatter move the same buffer. A
+    ring all-reduce puts 2(N-1)/N times that on each link; a reduce-scatter (N-1)/N. FSDP2
+    also all-gathers the parameters in param_dtype (forward, and again in backward), which
+    `run` counts in ``extra["collectives"]``; this is the gradient part only.
+
+    >>> reduction_bytes("mlp", "fp32", width=32), reduction_bytes("mlp", "bf16", width=32)
+    (13864, 6932)
+    """
+    from labkit.train.models import init_params
+
+    if reduce_dtype not in ITEMSIZE:
+        raise ValueError(f"unknown reduce_dtype {reduce_dtype!r}; choose one of {', '.join(ITEMSIZE)}")
+    if parallel not in ("dp", "fsdp"):
+        raise ValueError(f"unknown parallel {parallel!r}; choose one of dp, fsdp")
+    n = sum(int(p.size) for p in init_params(model, seed=0, width=width).values())
+    return n * ITEMSIZE[reduce_dtype]
+
+
+def collectives_table(result: RunResult) -> str:
+    """One line per collective of the profiled step: op, dtype, elements, bytes; then the total."""
+    rows = result.extra.get("collectives", [])
+    lines = [f"{'collective':<24}{'dtype':>6}{'elements':>10}{'bytes':>10}"]
+    lines += [f"{c['op']:<24}{c['dtype']:>6}{c['elements']:>10}{c['bytes']:>10}" for c in rows]
+    lines.append(f"{'total per step':<40}{result.extra.get('comm_bytes_per_step', 0):>10}")
+    return "\n".join(lines)
+
+
+def sharding_table(result: RunResult) -> str:
+    """Each parameter: full shape, the shape each rank holds, the stored dtype, the compute dtype."""
+    compute = result.extra.get("compute_dtypes", {})
+    w = max([len(p["name"]) for p in result.extra.get("sharding", [])] + [9]) + 2
+    lines = [f"{'parameter':<{w}}{'full':>10}  {'per rank':<22}{'stored':>7}{'compute':>9}"]
+    for p in result.extra.get("sharding", []):
+        module = p["name"].rsplit(".", 1)[0]
+        module = next((m for m in compute if m.endswith(module)), None)
+        shape = "x".join(map(str, p["shape"]))
+        local = ", ".join("x".join(map(str, s)) for s in p["local_shape"])
+        lines.append(f"{p['name']:<{w}}{shape:>10}  {local:<22}{p['dtype']:>7}{compute.get(module, '-'):>9}")
+    return "\n".join(lines)
+
+
+def skip_table(result: RunResult) -> str:
+    """fp16: per step, each rank's own-gradient finiteness and skip decision, and the scale used."""
+    skipped = result.extra.get("skipped_by_rank", [])
+    finite = result.extra.get("local_grads_finite_by_rank", [])
+    lines = [f"{'step':>4}{'scale':>10}  " + "  ".join(f"rank{r}: finite/skip" for r in range(len(skipped)))]
+    for i in range(result.steps_done):
+        scale = f"{result.scales[i]:.0f}" if i < len(result.scales) else "-"
+        cells = "  ".join(f"{'yes' if finite[r][i] else 'NO':>13}/{'SKIP' if skipped[r][i] else 'step':<4}"
+                          for r in range(len(skipped)))
+        lines.append(f"{i:>4}{scale:>10}  {cells}")
+    return "\n".join(lines)
+
+
+def compare(config: RunConfig, reduce_dtypes=("fp32", "bf16")) -> dict[str, RunResult]:
+    """The same seeded run on one process, then on `config.devices` with each reduce dtype.
+
+    Returns {"1 process": ..., "2 processes, fp32 reduce": ..., ...}; their losses agree
+    within bf16 tolerance, and ``extra["comm_bytes_per_step"]`` shows what each reduction costs.
+    """
+    from labkit.train import run as run_one
+
+    if config.devices < 2:
+        raise ValueError("compare needs config.devices >= 2 for the distributed runs")
+    out = {"1 process": run_one(config.replace(devices=1, reduce_dtype=None, out=None))}
+    for dtype in reduce_dtypes:
+        out[f"{config.devices} processes, {dtype} reduce"] = run(config.replace(reduce_dtype=dtype, out=None))
+    return out
