@@ -18,7 +18,7 @@ from labkit import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-COURSE = ("00", "01", "02", "03", "04", "05", "06", "07")  # the plan in DESIGN.md
+COURSE = ("00", "01", "02", "03", "04", "05", "06", "07", "08")  # the plan in DESIGN.md, and 08
 
 
 class RecordingPip:
