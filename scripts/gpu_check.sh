@@ -23,3 +23,30 @@ labkit bench --framework torch,jax,tf --precision "$precisions" --model mlp \
 labkit bench --framework torch,jax,tf --precision "$precisions" --model transformer \
   --batch-size 256 --width 1024 --warmup 10 --steps 30 \
   --json "$out/transformer.json" --plot "$out/transformer.png"
+
+# Several GPUs (issue: mixed precision beyond one device): each framework's own engine,
+# fp32 vs bf16 gradient reduction, bytes moved per step counted from the real collectives.
+ngpu=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)")
+if [ "$ngpu" -gt 1 ]; then
+  python - "$ngpu" <<'PY' | tee "$out/multi_gpu.txt"
+import sys
+from labkit.train import RunConfig, run
+from labkit.train.report import run_table
+n = int(sys.argv[1])
+runs, labels = [], []
+for fw, parallel in (("torch", "fsdp"), ("torch", "dp"), ("jax", "fsdp"), ("tf", "dp")):
+    for reduce in ("fp32", "bf16"):
+        cfg = RunConfig(fw, "bf16", model="transformer", width=512, batch_size=64 * n, steps=30,
+                        devices=n, parallel=parallel, reduce_dtype=reduce, progress=False)
+        try:
+            r = run(cfg)
+        except ValueError as e:
+            print(f"{fw} {parallel} {reduce}: skipped: {e}")
+            continue
+        runs.append(r)
+        labels.append(f"{fw} {parallel} {reduce} ({r.extra.get('comm_bytes_per_step', 0) / 1e6:.1f} MB/step)")
+print(run_table(runs, labels))
+PY
+else
+  echo "one GPU: the multi-GPU section needs two or more" | tee "$out/multi_gpu.txt"
+fi
