@@ -288,6 +288,8 @@ def _make_stepper_class():
 
         def extra(self) -> dict:
             """What the run adds to RunResult.extra: mesh, sharding, reduce dtype, collectives."""
+            if self._compiled is None:  # no step was compiled: nothing to report
+                return {}
             done, asked = collectives(self._compiled), collectives(self.lowered)
             names = [name for name, _ in jax_models.named_leaves(self.params)]
             specs = jax.tree_util.tree_leaves(self.param_specs, is_leaf=lambda s: isinstance(s, P))

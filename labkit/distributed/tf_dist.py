@@ -328,6 +328,8 @@ class MirroredStepper:
         return mem
 
     def extra(self) -> dict:
+        if self.collectives is None:  # no step was traced: nothing to report
+            return {}
         grad = [c for c in self.collectives if c["reduces"] == "gradients"]
         return {"comm_bytes_per_step": sum(c["bytes"] for c in grad),
                 "reduce_dtype": sorted({c["dtype"] for c in grad}),

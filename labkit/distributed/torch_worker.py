@@ -47,7 +47,6 @@ import math
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
@@ -56,8 +55,8 @@ import torch.nn.functional as F
 
 from labkit.train import models
 from labkit.train.config import RunConfig
-from labkit.train.data import Dataset, batches, load
-from labkit.train.result import Recorder
+from labkit.train.data import Dataset
+from labkit.train.loop import train
 from labkit.train.torch_models import build
 from labkit.train.torch_runner import COMPUTE_DTYPES, _describe_cpu, matmul_precision
 
@@ -266,6 +265,24 @@ class DistStepper:
             out["cuda_max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.torch_device))
         return out
 
+    def extra(self) -> dict:
+        """What the run adds to RunResult.extra, gathered from every rank (a collective: the
+        shared loop calls it on every rank at the same point)."""
+        per_rank = [None] * self.world
+        dist.all_gather_object(per_rank, {"skipped": self.skipped, "finite": self.local_finite,
+                                          "memory": self.memory(), "sharding": self.sharding()})
+        sharding = [dict(p, local_shape=[r["sharding"][i]["local_shape"] for r in per_rank])
+                    for i, p in enumerate(per_rank[0]["sharding"])]
+        return {"comm_bytes_per_step": sum(c["bytes"] for c in self.collectives),
+                "reduce_dtype": gradient_reduce_dtype(self.collectives),
+                "collectives": self.collectives, "profiled_step": self.profile_step,
+                "parallel": self.config.parallel, "world_size": self.world,
+                "skipped_by_rank": [r["skipped"] for r in per_rank],
+                "local_grads_finite_by_rank": [r["finite"] for r in per_rank],
+                "overflow_rank": self.world - 1 if self.config.inject_overflow else None,
+                "memory_by_rank": [r["memory"] for r in per_rank],
+                "sharding": sharding, "compute_dtypes": self.compute_dtypes}
+
     def sharding(self) -> list[dict]:
         """Each parameter: full shape, this rank's local shape, the dtype it is stored in."""
         return [{"name": n.removeprefix("module."), "shape": list(p.shape), "local_shape": list(_local(p).shape), "dtype": _name(p.dtype)}
@@ -353,47 +370,14 @@ def _describe(device: torch.device, config: RunConfig, world: int) -> str:
 
 
 def train_rank(config: RunConfig, out: str | None) -> None:
-    """The shared loop's steps on every rank; rank 0 records them (as `labkit.train.loop.train` does)."""
+    """The shared loop (`labkit.train.loop.train`) on every rank; rank 0 records the run."""
     rank, world = dist.get_rank(), dist.get_world_size()
     device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if dist.get_backend() == "nccl"
               else torch.device("cpu"))
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    data = load(config.dataset, seed=config.seed)
-    stepper = DistStepper(config, rank, world, device)
-    rec = Recorder(config.replace(out=out if rank == 0 else None, progress=False), stepper.device)
-    feed = batches(data, config.batch_size, seed=config.seed)
-    inject = set(config.inject_overflow)
-    status, fields = "ok", {}
-    try:
-        for i in range(config.steps):
-            x, y = next(feed)
-            start = time.perf_counter()
-            o = stepper.step(x, y, i in inject)
-            rec.step(o.loss, time.perf_counter() - start, o.grad_norm, o.scale, o.skipped)
-            if not math.isfinite(o.loss):  # the loss is global: every rank stops here
-                status, fields = "diverged", {"diverged_step": i, "diverged_where": stepper.nonfinite_layer()}
-                break
-        if status == "ok":
-            fields["metric"] = {"name": "accuracy", "value": stepper.evaluate(data.x_test, data.y_test)}
-    except Exception as exc:
-        rec.end("failed", error=f"{type(exc).__name__} on rank {rank}: {exc}")
-        raise
-    per_rank = [None] * world
-    dist.all_gather_object(per_rank, {"skipped": stepper.skipped, "finite": stepper.local_finite,
-                                      "memory": stepper.memory(), "sharding": stepper.sharding()})
-    sharding = [dict(p, local_shape=[r["sharding"][i]["local_shape"] for r in per_rank])
-                for i, p in enumerate(per_rank[0]["sharding"])]
-    extra = {"comm_bytes_per_step": sum(c["bytes"] for c in stepper.collectives),
-             "reduce_dtype": gradient_reduce_dtype(stepper.collectives),
-             "collectives": stepper.collectives, "profiled_step": stepper.profile_step,
-             "parallel": config.parallel, "world_size": world,
-             "skipped_by_rank": [r["skipped"] for r in per_rank],
-             "local_grads_finite_by_rank": [r["finite"] for r in per_rank],
-             "overflow_rank": world - 1 if inject else None,
-             "memory_by_rank": [r["memory"] for r in per_rank],
-             "sharding": sharding, "compute_dtypes": stepper.compute_dtypes}
-    rec.end(status, memory=per_rank[0]["memory"], extra=extra, **fields)
+    mine = config.replace(out=out if rank == 0 else None, progress=False)
+    train(mine, lambda cfg, data: DistStepper(cfg, rank, world, device))
 
 
 def main(argv: list[str]) -> int:

@@ -44,6 +44,9 @@ class StepOut:
 
 
 class Stepper(Protocol):
+    """What a framework supplies. A stepper may also have ``extra() -> dict``: what the run
+    adds to ``RunResult.extra`` (the distributed engines report their collectives there)."""
+
     device: str
 
     def step(self, x: np.ndarray, y: np.ndarray, inject_overflow: bool) -> StepOut: ...
@@ -82,9 +85,10 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
                 bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
             if not math.isfinite(out.loss):
                 return rec.end("diverged", diverged_step=i, diverged_where=stepper.nonfinite_layer(),
-                               memory=stepper.memory())
+                               memory=stepper.memory(), extra=_extra(stepper))
         accuracy = float(stepper.evaluate(data.x_test, data.y_test))
-        return rec.end("ok", metric={"name": "accuracy", "value": accuracy}, memory=stepper.memory())
+        return rec.end("ok", metric={"name": "accuracy", "value": accuracy}, memory=stepper.memory(),
+                       extra=_extra(stepper))
     except KeyboardInterrupt:
         return rec.end("interrupted")
     except Exception as exc:
@@ -93,6 +97,11 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
     finally:
         if bar is not None:
             bar.close()
+
+
+def _extra(stepper) -> dict:
+    extra = getattr(stepper, "extra", None)
+    return dict(extra()) if extra is not None else {}
 
 
 def _progress(config: RunConfig):

@@ -215,3 +215,14 @@ def test_load_refuses_a_file_that_is_not_a_run_log(tmp_path):
 def test_median_step_time_skips_the_warm_up():
     r = RunResult(config=RunConfig("torch"), step_times=[9.0, 1.0, 3.0, 2.0])
     assert r.median_step_time() == 2.0 and r.median_step_time(skip_first=0) == 2.5
+
+
+def test_a_steppers_extra_lands_in_the_result_and_the_log(tmp_path):
+    class WithExtra(SoftmaxRegression):
+        def extra(self):
+            return {"comm_bytes_per_step": 128, "steps_seen": self.n}
+
+    res = train(cfg(tmp_path, steps=5), WithExtra)
+    assert res.extra == {"comm_bytes_per_step": 128, "steps_seen": 5}
+    assert RunResult.load(tmp_path / "run.jsonl").extra == res.extra
+    assert train(cfg(tmp_path, steps=2), SoftmaxRegression).extra == {}  # optional
