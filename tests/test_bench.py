@@ -55,7 +55,8 @@ def test_tf_cells_run_and_are_timed():
     records = bench.bench("tf", "fp32,fp16", "mlp", **TINY)
     assert [r["status"] for r in records] == ["ok", "ok"]
     assert records[1]["speedup_vs_fp32"] > 0 and records[1]["activation_bytes"] is None
-    assert "modelled" in str(bench.table(records)) or "(" in str(bench.table(records))
+    # TF reports no activation bytes on a CPU: the table shows the modelled figure, in parentheses
+    assert all(cell.startswith("(") for cell in bench.table(records).column("activations MB"))
 
 
 def test_a_device_that_is_not_here_is_a_skip_not_a_crash():
