@@ -8,6 +8,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
+# the extras installed; add deepspeed for DeepSpeed's ZeRO runs: make test EXTRAS=all,test,deepspeed
+EXTRAS ?= all,test
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.labkit-installed
 # Jupyter refuses to run as root unless told; containers and CI often are root.
@@ -27,7 +29,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --disable-pip-version-check -q "$(TORCH)"
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[all,test]"
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	touch $@
 
 unit: install  ## unit tests only

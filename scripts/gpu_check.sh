@@ -30,21 +30,25 @@ ngpu=$(python -c "import torch; print(torch.cuda.device_count() if torch.cuda.is
 if [ "$ngpu" -gt 1 ]; then
   python - "$ngpu" <<'PY' | tee "$out/multi_gpu.txt"
 import sys
-from labkit.train import RunConfig, run
+from labkit.train import RunConfig, RunFailed, run
 from labkit.train.report import run_table
 n = int(sys.argv[1])
 runs, labels = [], []
-for fw, parallel in (("torch", "fsdp"), ("torch", "dp"), ("jax", "fsdp"), ("tf", "dp")):
-    for reduce in ("fp32", "bf16"):
-        cfg = RunConfig(fw, "bf16", model="transformer", width=512, batch_size=64 * n, steps=30,
-                        devices=n, parallel=parallel, reduce_dtype=reduce, progress=False)
-        try:
-            r = run(cfg)
-        except ValueError as e:
-            print(f"{fw} {parallel} {reduce}: skipped: {e}")
-            continue
-        runs.append(r)
-        labels.append(f"{fw} {parallel} {reduce} ({r.extra.get('comm_bytes_per_step', 0) / 1e6:.1f} MB/step)")
+# DeepSpeed's ZeRO 1/2 run only where the optional extra is installed (pip install ".[deepspeed]")
+cases = [(fw, p, "bf16", r) for fw, p in (("torch", "fsdp"), ("torch", "dp"), ("torch", "zero2"), ("jax", "fsdp"),
+                                          ("tf", "dp")) for r in ("fp32", "bf16")]
+cases += [("torch", "zero2", "fp16", None), ("torch", "zero1", "fp16", None)]  # the seed's fp16 block, real scaler
+for fw, parallel, precision, reduce in cases:
+    cfg = RunConfig(fw, precision, model="transformer", width=512, batch_size=64 * n, steps=30,
+                    devices=n, parallel=parallel, reduce_dtype=reduce, progress=False)
+    try:
+        r = run(cfg)
+    except (ValueError, RunFailed) as e:  # not offered here, or failed: the rest still runs
+        print(f"{fw} {parallel} {precision} {reduce}: skipped: {e}")
+        continue
+    runs.append(r)
+    labels.append(f"{fw} {parallel} {precision} reduce {r.extra.get('reduce_dtype')} "
+                  f"({r.extra.get('comm_bytes_per_step', 0) / 1e6:.1f} MB/step)")
 print(run_table(runs, labels))
 PY
 else

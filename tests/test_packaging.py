@@ -20,6 +20,10 @@ def requirement_map(reqs):
     return out
 
 
+# installed on request only (GPU-oriented, heavy); CI adds them through EXTRAS
+OPTIONAL_EXTRAS = ("deepspeed",)
+
+
 def pyproject():
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
@@ -27,8 +31,9 @@ def pyproject():
 def test_environment_yml_lists_every_pyproject_requirement_with_the_same_bounds():
     project = pyproject()["project"]
     wanted = requirement_map(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        wanted.update(requirement_map(extra))
+    for name, extra in project["optional-dependencies"].items():
+        if name not in OPTIONAL_EXTRAS:
+            wanted.update(requirement_map(extra))
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     conda = [d for d in env["dependencies"] if isinstance(d, str)]
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
@@ -37,6 +42,18 @@ def test_environment_yml_lists_every_pyproject_requirement_with_the_same_bounds(
     have = {({v: k for k, v in CONDA_NAMES.items()}).get(k, k): v for k, v in have.items()}
     assert have == wanted
     assert "-e ." in pip  # and labkit itself
+
+
+def test_optional_extras_stay_out_of_all_and_the_environment_and_the_readme_says_how_to_add_them():
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert set(OPTIONAL_EXTRAS) <= set(extras)
+    env = (ROOT / "environment.yml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for name in OPTIONAL_EXTRAS:
+        assert name not in " ".join(extras["all"])
+        for req in requirement_map(extras[name]):
+            assert req not in env
+        assert f"labkit[{name}]" in readme or f".[{name}]" in readme
 
 
 def test_all_extra_covers_every_framework_and_the_lab():

@@ -1,4 +1,4 @@
-"""DeepSpeed's mixed precision config (seed 004), explained as data; DeepSpeed itself is not needed.
+"""DeepSpeed's mixed precision config (seed 004), explained as data, and the config of a real run.
 
 Seed 004 passes ``{"fp16": {...}}`` or ``{"bf16": {"enabled": True}}`` to ``deepspeed.initialize``.
 What each key does, which dtype the gradient collectives move, what ZeRO stages 0-3 keep per
@@ -14,29 +14,37 @@ rank, and how the loss scale moves -- all read from DeepSpeed's source (microsof
   So by default a bf16 run reduces gradients in bf16 -- summing in 8 mantissa bits -- unless you
   write ``"communication_data_type": "fp32"``; an fp16 run reduces the *scaled* fp16 gradients.
 
-What differs from a real DeepSpeed run (on this CPU there is none): `explain` and `zero_memory`
-are DeepSpeed's rules written as data and the ZeRO paper's arithmetic, not measurements; the
-loss scale comes from `labkit.scaling`'s "deepspeed" preset (a replay of ``DynamicLossScaler``
-tested against its source, step for step), fed with overflow flags you choose, not with real
-fp16 gradients; no bucketing, no communication overlap, no fused kernels, no activation memory.
+The real engine: ``RunConfig("torch", "bf16", devices=2, parallel="zero2")`` (or "zero1") runs
+DeepSpeed itself under torchrun (`labkit.distributed.deepspeed_worker`, config from
+`engine_config`) once ``pip install "labkit[deepspeed]"`` has installed it. On a CPU DeepSpeed
+runs fp32 and bf16 over gloo, but refuses fp16 ("Type fp16 is not supported on your device")
+unless oneDNN has fp16 kernels there (AVX512-FP16 / AMX-FP16) -- so on such a CPU the fp16 block
+is only simulated: `explain` and `zero_memory` are DeepSpeed's rules written as data and the
+ZeRO paper's arithmetic; the loss scale comes from `labkit.scaling`'s "deepspeed" preset (a
+replay of ``DynamicLossScaler`` tested against its source, step for step), fed with overflow
+flags you choose, not with real fp16 gradients.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from pathlib import Path
 
 from labkit import memory, scaling
 
-SOURCE = "microsoft/DeepSpeed deepspeed/runtime/config.py, constants.py, engine.py, zero/stage_1_and_2.py"
+SOURCE = ("microsoft/DeepSpeed 0.19.8: deepspeed/runtime/config.py, constants.py, precision_config.py, "
+          "engine.py, zero/config.py, zero/stage_1_and_2.py")
+CHECKED_AGAINST = "0.19.8"  # tests/distributed/test_deepspeed_config.py compares KEYS with an installed DeepSpeed
 
 SEED_FP16 = {"fp16": {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
                       "hysteresis": 2, "min_loss_scale": 1}}
 SEED_BF16 = {"bf16": {"enabled": True}}
 
-# The keys DeepSpeed's config parser reads for these sections (deepspeed/runtime/config.py and
-# constants.py; zero/config.py for zero_optimization), with their defaults and meaning.
+# The keys DeepSpeed's config parser reads for these sections (precision_config.py's pydantic
+# models for fp16/bf16, zero/config.py for zero_optimization, constants.py for the top level),
+# with their defaults and meaning; zero_optimization lists only the keys that matter here.
 KEYS = {
     "fp16": {
         "enabled": (False, "turn on fp16: the engine casts the model to half; ZeRO keeps fp32 master weights"),
@@ -51,20 +59,25 @@ KEYS = {
     },
     "bf16": {
         "enabled": (False, "turn on bf16: model in bf16, fp32 master weights in the optimizer; no loss scaling"),
+        "immediate_grad_update": (False, "apply each gradient to the fp32 copy as soon as it is reduced"),
+        "check_grad_overflow": (True, "look for inf/NaN gradients (all-reduced over ranks) and skip that step, "
+                                      "as fp16 does"),
+        "bf16_master_weights_and_grads": (False, "keep the ZeRO master weights and gradients in bf16, not fp32"),
+        "bf16_optimizer_states": (False, "keep optimizer states in bf16 too (needs bf16_master_weights_and_grads)"),
     },
     "zero_optimization": {
         "stage": (0, "0 off, 1 shard optimizer states, 2 + gradients, 3 + parameters"),
         "reduce_scatter": (True, "stage 2: reduce-scatter gradients (each rank gets its shard) instead of all-reduce"),
         "reduce_bucket_size": (500_000_000, "elements per gradient-reduction bucket"),
         "allgather_bucket_size": (500_000_000, "elements per all-gather of updated parameters (stages 1, 2)"),
-        "overlap_comm": (False, "overlap gradient reduction with the backward pass"),
+        "overlap_comm": (None, "overlap gradient reduction with the backward pass (None: True at stage 3 only)"),
         "contiguous_gradients": (True, "copy gradients into one contiguous buffer as they are produced"),
     },
     "": {  # top level
         "train_batch_size": (None, "global batch; this or train_micro_batch_size_per_gpu is required"),
         "train_micro_batch_size_per_gpu": (None, "batch per rank per forward/backward"),
-        "gradient_accumulation_steps": (1, "micro-steps per optimizer step"),
-        "gradient_clipping": (0.0, "clip the global norm of the unscaled gradients (0 = off)"),
+        "gradient_accumulation_steps": (None, "micro-steps per optimizer step (None: from the two batch sizes, else 1)"),
+        "gradient_clipping": (1.0, "clip the global norm of the unscaled gradients to this (0.0 = off)"),
         "communication_data_type": (None, "dtype of gradient collectives: 'fp32' | 'fp16' | 'bf16'; "
                                     "None = fp16 if fp16 on, else bf16 if bf16 on, else fp32"),
         "prescale_gradients": (False, "divide gradients by the world size before the reduction, not after"),
@@ -199,3 +212,57 @@ def write_ds_config(path, precision: str = "bf16", *, stage: int = 2, micro_batc
         config["communication_data_type"] = communication_data_type
     Path(path).write_text(json.dumps(config, indent=2) + "\n")
     return config
+
+
+def deepspeed_installed() -> bool:
+    """Whether the optional DeepSpeed extra is installed (without importing it: that is slow)."""
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
+
+
+INSTALL_HINT = "DeepSpeed is not installed here: pip install 'labkit[deepspeed]' to run this part for real."
+
+
+def engine_config(config) -> dict:
+    """The DeepSpeed config for a labkit ``RunConfig`` with ``parallel="zero1"`` or ``"zero2"``.
+
+    The precision block is the seed's (fp16: dynamic scaling, window 1000, hysteresis 2, starting
+    at ``config.init_scale`` if given -- a power of two -- else 2**16; bf16: enabled). Added:
+    the per-rank batch, ``gradient_clipping`` (``config.clip_norm``; 0.0 = off -- DeepSpeed's own
+    default is 1.0), ``communication_data_type`` when ``config.reduce_dtype`` is set, and Adam
+    built by DeepSpeed from its ``optimizer`` block as torch's (``torch_adam``: no compiled op).
+
+    >>> from labkit.train import RunConfig
+    >>> engine_config(RunConfig("torch", "bf16", devices=2, parallel="zero2", batch_size=64))["zero_optimization"]
+    {'stage': 2}
+    """
+    from labkit.train.config import RunConfig
+
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"engine_config takes a labkit RunConfig, got {type(config).__name__}")
+    if not config.parallel.startswith("zero"):
+        raise ValueError(f"engine_config is for parallel='zero1' or 'zero2', got {config.parallel!r}")
+    out = {"train_micro_batch_size_per_gpu": config.batch_size // config.devices, "gradient_accumulation_steps": 1,
+           "gradient_clipping": 0.0 if config.clip_norm is None else float(config.clip_norm),
+           "zero_optimization": {"stage": int(config.parallel[-1])},
+           "steps_per_print": 10**9, "wall_clock_breakdown": False}
+    if config.optimizer == "adam":  # Adam, not AdamW (no weight decay), as the other runners
+        out["optimizer"] = {"type": "Adam", "params": {"lr": float(config.lr), "betas": [0.9, 0.999], "eps": 1e-8,
+                                                       "weight_decay": 0.0, "adam_w_mode": False, "torch_adam": True}}
+    else:  # the worker hands DeepSpeed a torch.optim.SGD; ZeRO calls that "untested" and needs this to take it
+        out["zero_allow_untested_optimizer"] = True
+    if config.precision == "fp16":
+        fp16 = dict(SEED_FP16["fp16"])
+        if config.init_scale is not None:
+            power = math.log2(config.init_scale)
+            if power != int(power):
+                raise ValueError(f"DeepSpeed starts its scale at 2**initial_scale_power: init_scale must be a power "
+                                 f"of two, got {config.init_scale!r}")
+            fp16["initial_scale_power"] = int(power)
+        out["fp16"] = fp16
+    elif config.precision == "bf16":
+        out["bf16"] = dict(SEED_BF16["bf16"])
+    if config.reduce_dtype is not None:
+        out["communication_data_type"] = config.reduce_dtype
+    return out

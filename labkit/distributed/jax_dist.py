@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from labkit.distributed import _wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed, StepOut
 from labkit.train.result import RunResult
@@ -391,12 +392,17 @@ def _run_child(config: RunConfig) -> RunResult:
         env["JAX_PLATFORMS"] = "cpu"
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        proc = subprocess.run([sys.executable, "-m", "labkit.distributed.jax_dist", json.dumps(child.to_dict())],
-                              env=env, capture_output=True, text=True, check=False)
+        proc = subprocess.Popen([sys.executable, "-m", "labkit.distributed.jax_dist", json.dumps(child.to_dict())],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            _, stderr = _wait.wait(proc, config, out)  # a progress bar if config.progress
+        except BaseException:
+            _wait.stop(proc)
+            raise
         result = RunResult.load(out) if Path(out).exists() and Path(out).stat().st_size else RunResult(config=config)
         result.config = config
         if proc.returncode != 0:
-            tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+            tail = stderr.strip().splitlines()[-1:] or ["(no output)"]
             raise RunFailed(f"the {config.devices}-device JAX run failed (exit {proc.returncode}): {tail[0]}", result)
         return result
 

@@ -50,6 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from labkit.distributed import _wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
 from labkit.train.result import RunResult
@@ -98,19 +99,24 @@ def run(config: RunConfig, *, overflow_replica: int | None = None, timeout: floa
         child = config.replace(out=out, progress=False)
         cmd = [sys.executable, "-m", "labkit.distributed.tf_dist", json.dumps(child.to_dict()), str(overflow_replica)]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-        for line in proc.stderr.splitlines():
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            _, stderr = _wait.wait(proc, config, out, timeout)  # a progress bar if config.progress
+        except BaseException:
+            _wait.stop(proc)
+            raise
+        for line in stderr.splitlines():
             if line.startswith(_ERROR_TAG):  # a config this machine cannot run: nothing started
                 kind, _, message = line[len(_ERROR_TAG):].strip().partition(": ")
                 raise (TypeError if kind == "TypeError" else ValueError)(message)
         if not Path(out).exists():
             raise RuntimeError(f"the TensorFlow subprocess wrote no result (exit {proc.returncode}):\n"
-                               + proc.stderr[-3000:])
+                               + stderr[-3000:])
         result = RunResult.load(out)
     result.config = config
     if proc.returncode != 0 or result.status == "failed":
         raise RunFailed(f"the distributed TensorFlow run failed after {result.steps_done} steps: "
-                        f"{result.error or proc.stderr[-2000:]}", result)
+                        f"{result.error or stderr[-2000:]}", result)
     return result
 
 

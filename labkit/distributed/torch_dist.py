@@ -1,4 +1,4 @@
-"""PyTorch across processes: DDP and FSDP2 under ``torchrun``, with a mixed precision policy.
+"""PyTorch across processes: DDP, FSDP2 and DeepSpeed ZeRO 1/2 under ``torchrun``, with mixed precision.
 
 ``run(config)`` (reached through ``labkit.train.run`` when ``config.devices > 1``) starts
 
@@ -38,6 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from labkit.distributed._wait import wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
 from labkit.train.result import RunResult
@@ -69,10 +70,35 @@ def check(config: RunConfig) -> str:
         from labkit.train.torch_runner import check_precision
 
         check_precision(config.precision, torch.device("cuda", 0))
+    if config.parallel.startswith("zero"):
+        _check_deepspeed(config, device)
     if config.precision == "bf16-pure" and config.reduce_dtype not in (None, "bf16"):
         raise ValueError("bf16-pure keeps the gradients in bf16, so they are reduced in bf16; "
                          f"reduce_dtype={config.reduce_dtype!r} is not offered here (use None or 'bf16')")
     return "nccl" if device in ("cuda", "gpu") else "gloo"
+
+
+def _check_deepspeed(config: RunConfig, device: str) -> None:
+    """ValueError, before any process starts, for a ZeRO run DeepSpeed would refuse here."""
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(f"parallel={config.parallel!r} runs DeepSpeed, which is not installed: "
+                         "pip install 'labkit[deepspeed]' (or use parallel='dp' / 'fsdp')")
+    if device == "cpu" and config.precision == "fp16" and not _cpu_has_fp16():
+        raise ValueError("DeepSpeed refuses fp16 on this CPU ('Type fp16 is not supported on your device': its CPU "
+                         "accelerator needs oneDNN fp16 kernels, AVX512-FP16 / AMX-FP16). Run bf16 or fp32 here, "
+                         "fp16 on a GPU; deepspeed_config.simulate_loss_scale replays the fp16 scaler")
+
+
+def _cpu_has_fp16() -> bool:
+    """DeepSpeed's own test (``accelerator/cpu_accelerator.py``, ``is_fp16_supported``)."""
+    import torch
+
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except Exception:  # an op this torch build lacks: DeepSpeed says "not supported" then too
+        return False
 
 
 def run(config: RunConfig, timeout_s: float | None = None) -> RunResult:
@@ -99,15 +125,14 @@ def _launch(spec: dict, config: RunConfig, tmp: str, timeout_s: float | None) ->
     path = Path(tmp) / "spec.json"
     path.write_text(json.dumps(spec))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={config.devices}",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", "labkit.distributed.torch_worker",
-           str(path)]
+           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "-m", worker_module(config), str(path)]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's own default, set here so it does not warn
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     out = spec.get("out")
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
+        stdout, stderr = wait(proc, config, out, timeout_s)  # with a progress bar if config.progress
     except BaseException as exc:  # KeyboardInterrupt, timeout: stop torchrun and its workers
         os.killpg(proc.pid, signal.SIGTERM)  # torchrun passes it on to every worker
         try:
@@ -126,6 +151,13 @@ def _launch(spec: dict, config: RunConfig, tmp: str, timeout_s: float | None) ->
         raise RunFailed(f"the torch workers failed (torchrun exit code {proc.returncode}) after "
                         f"{result.steps_done} steps; their stderr ends with:\n{tail}", result)
     return RunResult.load(out)
+
+
+def worker_module(config: RunConfig) -> str:
+    """The module torchrun starts on each rank: DeepSpeed's engine for ZeRO, else DDP / FSDP2."""
+    if config.parallel.startswith("zero"):
+        return "labkit.distributed.deepspeed_worker"
+    return "labkit.distributed.torch_worker"
 
 
 def _recorded(out) -> bool:

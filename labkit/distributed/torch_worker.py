@@ -58,17 +58,17 @@ from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import train
 from labkit.train.torch_models import build
-from labkit.train.torch_runner import COMPUTE_DTYPES, _describe_cpu, matmul_precision
+from labkit.train.torch_runner import COMPUTE_DTYPES, describe_cpu, matmul_precision
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_NAMES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
-               "int": "int32", "long int": "int64"}
-ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "int32": 4, "int64": 8}
+               "int": "int32", "long int": "int64", "unsigned char": "uint8", "bool": "bool"}
+ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8, "int32": 4, "int64": 8, "uint8": 1, "bool": 1}
 # dispatcher-level collectives; (index of the argument whose size is the "size" moved)
 COLLECTIVES = {"c10d::allreduce_": 0, "c10d::allreduce_coalesced_": 0, "c10d::_allgather_base_": 0,
                "c10d::allgather_": 0, "c10d::allgather_into_tensor_coalesced_": 0,
                "c10d::_reduce_scatter_base_": 1, "c10d::reduce_scatter_": 1,
-               "c10d::reduce_scatter_tensor_coalesced_": 1, "c10d::broadcast_": 0}
+               "c10d::reduce_scatter_tensor_coalesced_": 1, "c10d::broadcast_": 0, "c10d::reduce_": 0}
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -365,7 +365,7 @@ def gradient_reduce_dtype(collectives: list[dict]) -> str | None:
 def _describe(device: torch.device, config: RunConfig, world: int) -> str:
     engine = "DDP" if config.parallel == "dp" else "FSDP2 fully_shard"
     backend = dist.get_backend()
-    where = _describe_cpu() if device.type == "cpu" else f"cuda ({torch.cuda.get_device_name(device)})"
+    where = describe_cpu() if device.type == "cpu" else f"cuda ({torch.cuda.get_device_name(device)})"
     return f"{world} processes, {engine}, {backend}; each on {where}"
 
 
@@ -380,16 +380,16 @@ def train_rank(config: RunConfig, out: str | None) -> None:
     train(mine, lambda cfg, data: DistStepper(cfg, rank, world, device))
 
 
-def main(argv: list[str]) -> int:
-    """Run one rank. Under torchrun, ``@record`` (below) puts an exception's traceback in the
-    failure summary torchrun prints, which `torch_dist.run` passes on."""
+def rank_main(argv: list[str], module: str, init_process_group, train_rank) -> int:
+    """One rank: read the spec, ``init_process_group(backend, timeout)``, ``train_rank(config, out)``,
+    then wait for every rank and tear the group down. Shared by the DDP/FSDP2 and DeepSpeed workers."""
     if len(argv) != 2:
-        raise SystemExit("usage: torchrun ... -m labkit.distributed.torch_worker SPEC.json")
+        raise SystemExit(f"usage: torchrun ... -m {module} SPEC.json")
     with open(argv[1]) as f:
         spec = json.load(f)
     config = RunConfig.from_dict(spec["config"])  # a bad spec fails here, before any collective
     backend = "nccl" if spec.get("backend") == "nccl" else "gloo"
-    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=spec.get("timeout_s", 300)))
+    init_process_group(backend, datetime.timedelta(seconds=spec.get("timeout_s", 300)))
     try:
         train_rank(config, spec.get("out"))
         dist.barrier()  # nobody tears gloo down while a peer still talks to it (that aborts the peer)
@@ -398,17 +398,28 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    import os
+def exit_after(main) -> None:
+    """Run ``main(sys.argv)`` under torchrun's ``@record`` (an exception's traceback goes into the
+    failure summary torchrun prints, which `torch_dist.run` passes on), then leave at once.
 
+    Everything is written by then (the Recorder fsyncs each line) and the process group is gone.
+    Leaving without C++ static destructors matters: after torch.profiler has run, its thread can
+    still be joinable at interpreter exit, and its destructor then aborts the process
+    ("terminate called without an active exception", SIGABRT) -- seen in about one launch in ten
+    on this CPU, after the run had finished.
+    """
     from torch.distributed.elastic.multiprocessing.errors import record
 
     code = record(main)(sys.argv)
-    # Everything is written (the Recorder fsyncs each line) and the process group is gone.
-    # Leave without running C++ static destructors: after torch.profiler has run, the
-    # profiler's thread can still be joinable at interpreter exit, and its destructor then
-    # aborts the process ("terminate called without an active exception", SIGABRT) -- seen
-    # in about one launch in ten on this CPU, after the run had finished.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code or 0)
+
+
+def main(argv: list[str]) -> int:
+    return rank_main(argv, "labkit.distributed.torch_worker",
+                     lambda backend, timeout: dist.init_process_group(backend, timeout=timeout), train_rank)
+
+
+if __name__ == "__main__":
+    exit_after(main)

@@ -35,7 +35,8 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16-pure")
 MODELS = ("mlp", "transformer")
 DATASETS = ("digits", "synthetic")
 OPTIMIZERS = ("adam", "sgd")
-PARALLEL = ("dp", "fsdp")
+PARALLEL = ("dp", "fsdp", "zero1", "zero2")
+ZERO_PRECISIONS = ("fp32", "bf16", "fp16")  # what DeepSpeed's engine offers (no tf32 / pure-bf16 mode here)
 REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "gpu", "tpu")
 
@@ -73,13 +74,16 @@ class RunConfig:
       width: hidden width of the MLP / model width of the transformer (None: default).
       init_scale: the initial loss scale for fp16 (None: the framework's default).
       inject_overflow: steps (0-based) at which one gradient is set to inf, to watch the
-        scaler skip the step and back off. Only meaningful with fp16.
+        scaler skip the step and back off. fp16 only -- and bf16 under DeepSpeed (zero1/zero2),
+        whose bf16 optimizer also checks for overflow and skips the step.
       devices: how many devices (or, for PyTorch, processes) share each step; > 1 runs the
         framework's own distributed engine (labkit.distributed): torch DDP / FSDP2 under torchrun
         (gloo on CPUs, nccl on GPUs), a jax.sharding mesh (virtual CPU devices here), a
         tf.distribute strategy. The batch is the global batch, split across devices.
-      parallel: "dp" (every device holds all parameters; gradients are all-reduced) or
-        "fsdp" (parameters, gradients and optimizer states sharded across devices).
+      parallel: "dp" (every device holds all parameters; gradients are all-reduced),
+        "fsdp" (parameters, gradients and optimizer states sharded across devices), or
+        "zero1" / "zero2" (PyTorch with DeepSpeed's ZeRO stage 1 / 2: fp32 master weights and
+        optimizer states -- stage 2: also gradients -- sharded; needs ``labkit[deepspeed]``).
       reduce_dtype: the dtype gradients are reduced in across devices (None: the
         framework's default for the precision): "fp32", "bf16", "fp16".
       out: a path; every finished step is appended to it as a JSON line as the run goes.
@@ -137,8 +141,18 @@ class RunConfig:
         if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 0 <= s < self.steps for s in steps):
             raise ValueError(f"inject_overflow must list step numbers in 0 .. {self.steps - 1}, got {steps!r}")
         object.__setattr__(self, "inject_overflow", steps)
-        if steps and self.precision != "fp16":
-            raise ValueError("inject_overflow needs precision='fp16': only fp16 runs have a loss scaler to skip steps")
+        zero = self.parallel.startswith("zero")
+        if zero and self.framework != "torch":
+            raise ValueError(f"parallel={self.parallel!r} is DeepSpeed ZeRO, which runs PyTorch models; "
+                             f"for {self.framework} use parallel='dp' or 'fsdp'")
+        if zero and self.devices < 2:
+            raise ValueError(f"parallel={self.parallel!r} shards across processes: set devices >= 2")
+        if zero and self.precision not in ZERO_PRECISIONS:
+            raise ValueError(f"DeepSpeed's engine runs precision {', '.join(ZERO_PRECISIONS)}; "
+                             f"got {self.precision!r}")
+        if steps and not (self.precision == "fp16" or (zero and self.precision == "bf16")):
+            raise ValueError("inject_overflow needs precision='fp16' (a loss scaler to skip steps), or 'bf16' "
+                             "with parallel='zero1'/'zero2' (DeepSpeed's bf16 optimizer also skips on overflow)")
 
     @property
     def uses_loss_scaling(self) -> bool:

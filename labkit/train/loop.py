@@ -72,7 +72,7 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
     rec = Recorder(config, stepper.device)
     feed = batches(data, config.batch_size, seed=config.seed)
     inject = set(config.inject_overflow)
-    bar = _progress(config)
+    bar = progress_bar(config)
     try:
         for i in range(config.steps):
             x, y = next(feed)
@@ -104,7 +104,8 @@ def _extra(stepper) -> dict:
     return dict(extra()) if extra is not None else {}
 
 
-def _progress(config: RunConfig):
+def progress_bar(config: RunConfig):
+    """A tqdm bar over the run's steps (None when config.progress is off)."""
     if not config.progress:
         return None
     from tqdm.auto import tqdm

@@ -75,7 +75,7 @@ def resolve_device(requested: str) -> tuple[torch.device, str]:
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "tpu" if _has_torch_xla() else "cpu"
     if requested == "cpu":
-        return torch.device("cpu"), _describe_cpu()
+        return torch.device("cpu"), describe_cpu()
     if requested in ("cuda", "gpu"):
         if not torch.cuda.is_available():
             raise ValueError(f"device {requested!r} asked for, but torch.cuda.is_available() is False "
@@ -133,7 +133,7 @@ def _cpu_name_and_flags() -> tuple[str, set[str]]:
     return name, flags
 
 
-def _describe_cpu() -> str:
+def describe_cpu() -> str:
     name, flags = _cpu_name_and_flags()
     bf16 = sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"})
     fp16 = sorted(flags & {"avx512_fp16", "amx_fp16", "fp16", "asimdhp"})

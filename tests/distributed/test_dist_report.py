@@ -1,0 +1,31 @@
+"""labkit.distributed.report: the step-time and ZeRO memory tables of notebook 08."""
+
+import pytest
+
+from labkit.distributed import report
+from labkit.train import RunConfig, RunResult
+
+
+def by_hand(devices=1, parallel="dp", framework="torch", extra=None):
+    """A RunResult filled in by hand: the tables only read its fields."""
+    cfg = RunConfig(framework, "bf16", steps=3, batch_size=32, devices=devices, parallel=parallel, progress=False)
+    return RunResult(cfg, losses=[2.0, 1.9, 1.8], step_times=[1.0, 0.004, 0.004], grad_norms=[1.0] * 3,
+                     skipped=[False] * 3, status="ok", extra=extra or {})
+
+
+def test_step_time_table_names_the_engine_and_reduction_and_leaves_out_the_first_step():
+    runs = {"one": by_hand(), "fsdp": by_hand(2, "fsdp", extra={"reduce_dtype": "bf16", "comm_bytes_per_step": 100}),
+            "keras": by_hand(2, framework="tf", extra={"reduce_dtype": ["float32", "float32"]}),
+            "zero": by_hand(2, "zero2", extra={"reduce_dtype": "fp32"})}
+    t = report.step_time_table(runs)
+    assert t.column("engine") == ["one device", "FSDP2", "MirroredStrategy", "DeepSpeed ZeRO-2"]
+    assert t.column("reduce") == ["-", "bf16", "fp32", "fp32"]
+    assert t.column("bytes/step") == ["0", "100", "0", "0"]
+    assert t.column("median step ms") == ["4.0"] * 4 and t.column("samples/s") == ["8000"] * 4
+
+
+def test_bad_input_gets_a_clear_message():
+    with pytest.raises(TypeError, match=r"dict \{label: RunResult\}"):
+        report.step_time_table([by_hand()])
+    with pytest.raises(ValueError, match="RunResult of a DeepSpeed run"):
+        report.zero_memory_table(by_hand(2, "fsdp"))
