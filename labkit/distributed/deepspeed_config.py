@@ -2,15 +2,17 @@
 
 Seed 004 passes ``{"fp16": {...}}`` or ``{"bf16": {"enabled": True}}`` to ``deepspeed.initialize``.
 What each key does, which dtype the gradient collectives move, what ZeRO stages 0-3 keep per
-rank, and how the loss scale moves -- all read from DeepSpeed's source (microsoft/DeepSpeed):
+rank, and how the loss scale moves -- all read from DeepSpeed 0.19.8's source (microsoft/DeepSpeed):
 
-* ``deepspeed/runtime/config.py`` (``get_fp16_enabled``, ``get_loss_scale``,
-  ``get_dynamic_loss_scale_args``, ``get_communication_data_type``: "fp32" | "fp16" | "bf16",
-  default None) and ``deepspeed/runtime/constants.py`` (the defaults);
+* ``deepspeed/runtime/precision_config.py`` (``DeepSpeedFP16Config`` / ``DeepSpeedBF16Config``:
+  the keys, their defaults, ``dynamic_loss_scale_args``), ``deepspeed/runtime/config.py``
+  (``get_communication_data_type``: "fp32" | "fp16" | "bf16", default None) and
+  ``deepspeed/runtime/constants.py`` (the top-level defaults);
 * ``deepspeed/runtime/engine.py``, ``DeepSpeedEngine.communication_data_type``: the config's
   value if set, **else fp16 when fp16 is enabled, else bf16 when bf16 is enabled, else fp32**;
   the engine hands it to ``DeepSpeedZeroOptimizer`` (``deepspeed/runtime/zero/stage_1_and_2.py``),
-  which casts each gradient bucket to it before the all-reduce (stage 1) / reduce-scatter (stage 2).
+  which casts each gradient bucket to it before reducing it (an all-reduce of the bucket, each
+  rank keeping its partition, with ``use_multi_rank_bucket_allreduce``, the default).
   So by default a bf16 run reduces gradients in bf16 -- summing in 8 mantissa bits -- unless you
   write ``"communication_data_type": "fp32"``; an fp16 run reduces the *scaled* fp16 gradients.
 
@@ -51,7 +53,7 @@ KEYS = {
         "auto_cast": (False, "cast floating-point inputs of forward() to fp16"),
         "loss_scale": (0, "0 = dynamic loss scaling; any other value = that static scale (steps still skipped on overflow)"),
         "initial_scale_power": (16, "the dynamic scale starts at 2**initial_scale_power"),
-        "loss_scale_window": (1000, "grow the scale x2 after this many steps without overflow"),
+        "loss_scale_window": (1000, "grow the scale x2 after window + 1 steps without overflow, then every window"),
         "hysteresis": (2, "overflows forgiven (step skipped, scale kept) before the scale is halved"),
         "consecutive_hysteresis": (False, "refill the hysteresis after every good step, not only at growth"),
         "min_loss_scale": (1, "floor of the scale; an overflow at the floor stops training with an exception"),

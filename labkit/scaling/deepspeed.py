@@ -1,15 +1,20 @@
 """DeepSpeed's two dynamic loss-scaling rules, and how its ``fp16`` config drives them.
 
-DeepSpeed has two implementations that disagree in their details:
+Read from DeepSpeed 0.19.8 (``deepspeed/runtime/...``). Two implementations, which
+disagree in their details:
 
-* ``DynamicLossScaler`` (``deepspeed/runtime/fp16/loss_scaler.py``) -- used by the ZeRO
-  optimizers (stage 1, 2 and 3) and the unfused fp16 optimizer. It has **hysteresis**.
-* ``FP16_Optimizer._update_scale`` (``deepspeed/runtime/fp16/fused_optimizer.py``) --
-  the fused fp16 optimizer (no ZeRO, FusedAdam). It ignores ``hysteresis`` and grows
-  one step later.
+* ``DynamicLossScaler`` (``fp16/loss_scaler.py``) -- the ZeRO optimizers
+  (``zero/stage_1_and_2.py`` and ``zero/stage3.py`` build it with ``CreateLossScaler``).
+  It has **hysteresis** and **raises** when an overflow arrives at ``min_loss_scale``.
+* ``_update_scale`` of ``FP16_Optimizer`` (``fp16/fused_optimizer.py``, FusedAdam, no ZeRO)
+  and of ``FP16_UnfusedOptimizer`` (``fp16/unfused_optimizer.py``, any other optimizer, no
+  ZeRO) -- the same rule in both, on a ``LossScaleConfig`` (``fp16/loss_scaler.py``): no
+  hysteresis, no exception at the floor.
 
-Both keep the scale in a Python number (float64), floor it at ``min_loss_scale`` and
-skip the optimizer step on overflow.
+Both grow after ``loss_scale_window + 1`` clean steps (then every ``loss_scale_window``),
+keep the scale in a Python number, floor it at ``min_loss_scale`` and skip the optimizer
+step on overflow. Every fp16 config gets its scaling keys' defaults (``precision_config.py``,
+``DeepSpeedFP16Config.dynamic_loss_scale_args``): a dynamic scaler starts at 2**16.
 
 >>> name, opts = deepspeed_options({"fp16": {"enabled": True, "loss_scale": 0,
 ...     "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
@@ -21,12 +26,14 @@ skip the optimizer step on overflow.
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 
 from labkit.scaling import _numbers as num
 from labkit.scaling.basic import ScalerStopped, _Scaler
 
-# deepspeed/runtime/constants.py (FP16_*_DEFAULT)
+# deepspeed/runtime/precision_config.py, DeepSpeedFP16Config (field defaults)
 CONFIG_DEFAULTS = {
     "loss_scale": 0,
     "initial_scale_power": 16,
@@ -35,18 +42,20 @@ CONFIG_DEFAULTS = {
     "consecutive_hysteresis": False,
     "min_loss_scale": 1,
 }
+_INT_KEYS = ("initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale")  # pydantic int fields
 _MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
 
 
 @dataclass(frozen=True)
 class DeepSpeedLossScaler(_Scaler):
-    """DeepSpeed's ``DynamicLossScaler`` as the ``fp16`` config builds it.
+    """DeepSpeed's ``DynamicLossScaler`` (the ZeRO optimizers) as the ``fp16`` config builds it.
 
-    Config -> arguments (``deepspeed/runtime/config.py``, ``get_dynamic_loss_scale_args``):
+    Config -> arguments (DeepSpeed 0.19.8, ``deepspeed/runtime/precision_config.py``,
+    ``DeepSpeedFP16Config.dynamic_loss_scale_args``, always a dict):
     ``init_scale = 2**initial_scale_power`` (16), ``scale_window = loss_scale_window``
     (1000), ``delayed_shift = hysteresis`` (2), ``consecutive_hysteresis`` (False),
-    ``min_scale = min_loss_scale`` (1); ``scale_factor`` stays 2.0 and
-    ``raise_error_at_min_scale`` stays True. Source of the rule,
+    ``min_scale = min_loss_scale`` (1); ``CreateLossScaler`` leaves
+    ``raise_error_at_min_scale=True`` and the class sets ``scale_factor = 2.0``. The rule,
     ``deepspeed/runtime/fp16/loss_scaler.py``, ``DynamicLossScaler.update_scale``::
 
         # cur_iter = 0, last_overflow_iter = -1, cur_hysteresis = delayed_shift
@@ -60,7 +69,8 @@ class DeepSpeedLossScaler(_Scaler):
             last_overflow_iter = cur_iter
         else:
             if consecutive_hysteresis: cur_hysteresis = delayed_shift
-            if (cur_iter - last_overflow_iter) % scale_window == 0:
+            stable_interval = (cur_iter - last_overflow_iter) - 1
+            if stable_interval > 0 and stable_interval % scale_window == 0:
                 if not consecutive_hysteresis: cur_hysteresis = delayed_shift
                 cur_scale *= scale_factor
         cur_iter += 1
@@ -71,13 +81,15 @@ class DeepSpeedLossScaler(_Scaler):
     ``consecutive_hysteresis``), so once used, every overflow halves the scale until the
     scale grows again. A **floor** at ``min_loss_scale``, and training **stops with an
     exception** when an overflow arrives at the floor. No cap (float64 reaches inf only
-    past 2**1023). Growth is periodic in ``cur_iter - last_overflow_iter``, so it lands
-    on the same steps as torch's counter.
+    past 2**1023). Growth: the ``- 1`` makes the first growth come after
+    ``scale_window + 1`` clean steps (one step later than torch's GradScaler), then every
+    ``scale_window`` steps.
 
-    Trap: if the ``fp16`` section names none of ``initial_scale_power``,
-    ``loss_scale_window``, ``min_loss_scale``, ``hysteresis``, ``consecutive_hysteresis``,
-    the arguments are None and the class defaults apply: ``init_scale=2**32`` and
-    ``delayed_shift=1`` -- see :func:`deepspeed_options`.
+    History: older DeepSpeed source grew on ``(cur_iter - last_overflow_iter) % scale_window
+    == 0`` (as torch does), and its ``config.py`` ``get_dynamic_loss_scale_args`` returned
+    None when the ``fp16`` section named no scaling key, so ``CreateLossScaler`` fell back to
+    ``DynamicLossScaler()``'s own defaults, ``init_scale=2**32`` and ``delayed_shift=1``.
+    Neither holds in 0.19.8.
     """
 
     loss_scale: float = 2**16
@@ -121,7 +133,8 @@ class DeepSpeedLossScaler(_Scaler):
         else:
             if self.consecutive_hysteresis:
                 hyst = self.delayed_shift
-            if (self.cur_iter - last) % self.loss_scale_window == 0:
+            stable_interval = (self.cur_iter - last) - 1
+            if stable_interval > 0 and stable_interval % self.loss_scale_window == 0:
                 if not self.consecutive_hysteresis:
                     hyst = self.delayed_shift
                 s *= 2.0
@@ -152,7 +165,8 @@ def fast_deepspeed(flags, opts):
         else:
             if consecutive:
                 hyst = shift
-            if (it - last) % window == 0:
+            stable = it - last - 1
+            if stable > 0 and stable % window == 0:
                 if not consecutive:
                     hyst = shift
                 s *= 2.0
@@ -162,11 +176,16 @@ def fast_deepspeed(flags, opts):
 
 @dataclass(frozen=True)
 class DeepSpeedFP16OptimizerScaler(_Scaler):
-    """DeepSpeed's fused ``FP16_Optimizer`` loss-scale rule (no ZeRO, FusedAdam).
+    """DeepSpeed's fp16 optimizers without ZeRO: ``FP16_Optimizer`` and ``FP16_UnfusedOptimizer``.
 
-    Source: ``deepspeed/runtime/fp16/fused_optimizer.py`` (``FP16_Optimizer.__init__``,
-    ``_update_scale``). ``__init__`` reads only ``init_scale``, ``scale_window`` and
-    ``min_scale`` from the config's arguments and sets ``scale_factor = 2``::
+    Source (DeepSpeed 0.19.8): ``deepspeed/runtime/engine.py``, ``_configure_fp16_optimizer``
+    builds a ``LossScaleConfig`` (``deepspeed/runtime/fp16/loss_scaler.py``) from
+    ``dynamic_loss_scale_args()``, which is always a dict, so the profile defaults (FUSED:
+    2**32, window 1000, floor 1; UNFUSED: 2**16, 1000, 0.25) are never used from a config:
+    ``cur_scale = 2**initial_scale_power``, ``scale_window = loss_scale_window``,
+    ``min_loss_scale = min_loss_scale``, ``scale_factor = 2.0``. ``hysteresis`` and
+    ``consecutive_hysteresis`` are not read. ``_update_scale`` is the same in
+    ``fp16/fused_optimizer.py`` and ``fp16/unfused_optimizer.py``::
 
         if skip:                                   # overflow: the step is skipped
             cur_scale = max(cur_scale / scale_factor, min_loss_scale)
@@ -178,10 +197,8 @@ class DeepSpeedFP16OptimizerScaler(_Scaler):
         cur_iter += 1
 
     Where it differs from ``DynamicLossScaler``: **no hysteresis** (the config key is
-    ignored), **no exception** at the floor, and the ``- 1`` makes the first growth
-    come after ``scale_window + 1`` finite steps (one step later than torch), then every
-    ``scale_window`` steps. ``scale_factor`` is the int 2, so a scale that has only grown
-    stays a Python int.
+    ignored) and **no exception** at the floor (the scale stays there). The growth steps
+    are the same (``scale_window + 1`` clean steps, then every ``scale_window``).
     """
 
     loss_scale: float = 2**16
@@ -201,12 +218,12 @@ class DeepSpeedFP16OptimizerScaler(_Scaler):
     def adjust(self, finite: bool) -> "DeepSpeedFP16OptimizerScaler":
         s, last = self.loss_scale, self.last_overflow_iter
         if not finite:
-            s = max(s / 2, self.min_loss_scale)
+            s = max(s / 2.0, self.min_loss_scale)
             last = self.cur_iter
         else:
             stable_interval = (self.cur_iter - last) - 1
             if stable_interval > 0 and stable_interval % self.loss_scale_window == 0:
-                s *= 2
+                s *= 2.0
         return dataclasses.replace(self, loss_scale=s, cur_iter=self.cur_iter + 1, last_overflow_iter=last)
 
 
@@ -219,36 +236,71 @@ def fast_deepspeed_fp16(flags, opts):
     for it, o in enumerate(flags):
         keep(s)
         if o:
-            s = max(s / 2, floor)
+            s = max(s / 2.0, floor)
             last = it
         else:
             stable = it - last - 1
             if stable > 0 and stable % window == 0:
-                s *= 2
+                s *= 2.0
     return scales, None, {}, None, s
 
 
-def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]:
-    """The preset and options that a DeepSpeed config gives its loss scaler.
+def _int_key(fp16: dict, key: str) -> int:
+    """A pydantic ``int`` field of DeepSpeedFP16Config: integral numbers pass (2.0 -> 2), 0.5 does not."""
+    value = fp16.get(key, CONFIG_DEFAULTS[key])
+    if isinstance(value, bool) and key in ("loss_scale_window", "min_loss_scale"):
+        raise ValueError(f"fp16.{key} must be an integer, not bool")  # DeepSpeed's own check
+    if not isinstance(value, numbers.Real) or not math.isfinite(value) or value != int(value):
+        raise ValueError(f"fp16.{key} must be an integer (DeepSpeedFP16Config); got {value!r}")
+    return int(value)
 
-    Reproduces ``get_loss_scale``, ``get_initial_dynamic_scale`` and
-    ``get_dynamic_loss_scale_args`` (``deepspeed/runtime/config.py``) and the
-    constructors that consume them. ``optimizer``: "zero" (ZeRO stages, unfused fp16:
-    ``DynamicLossScaler``) or "fp16" (fused ``FP16_Optimizer``). Accepts the whole
+
+_TRUE, _FALSE = {"1", "on", "t", "true", "y", "yes"}, {"0", "off", "f", "false", "n", "no"}
+
+
+def _bool_key(fp16: dict, key: str, default) -> bool:
+    """A pydantic ``bool`` field: True/False, 0/1 or pydantic's strings ("true", "off", ...)."""
+    value = fp16.get(key, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Real) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in _TRUE | _FALSE:
+        return value.lower() in _TRUE
+    raise ValueError(f"fp16.{key} must be a boolean (DeepSpeedFP16Config); got {value!r}")
+
+
+def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]:
+    """The preset and options that a DeepSpeed config gives its loss scaler (DeepSpeed 0.19.8).
+
+    Reproduces ``DeepSpeedFP16Config`` (``deepspeed/runtime/precision_config.py``: its
+    defaults, its checks, ``initial_dynamic_scale``, ``dynamic_loss_scale_args``), the
+    engine's ``loss_scale`` / ``dynamic_loss_scale`` (``deepspeed/runtime/engine.py``:
+    dynamic iff ``loss_scale == 0``) and the constructors that consume them.
+    ``optimizer``: "zero" (ZeRO stages 1-3: ``DynamicLossScaler``) or "fp16" (no ZeRO:
+    ``FP16_Optimizer`` or ``FP16_UnfusedOptimizer``, the same rule). Accepts the whole
     config or just its ``fp16`` section. Returns ``(preset, options)`` for
     :func:`labkit.scaling.simulate`: ("none", {}) when fp16 is not enabled (its default),
     ("static", ...) for a fixed ``loss_scale`` (DeepSpeed still skips overflowing steps).
 
-    >>> deepspeed_options({"fp16": {"enabled": True}})   # no scaling key: class defaults
-    ('deepspeed', {'init_scale': 4294967296, 'loss_scale_window': 1000, 'hysteresis': 1, \
+    Every scaling key that the section does not name takes its default -- also when it
+    names none of them (older DeepSpeed started such a config at 2**32 with no hysteresis;
+    see :class:`DeepSpeedLossScaler`):
+
+    >>> deepspeed_options({"fp16": {"enabled": True}})
+    ('deepspeed', {'init_scale': 65536, 'loss_scale_window': 1000, 'hysteresis': 2, \
 'consecutive_hysteresis': False, 'min_loss_scale': 1})
+    >>> deepspeed_options({"fp16": {"enabled": True, "initial_scale_power": 8}}, optimizer="fp16")
+    ('deepspeed-fp16-optimizer', {'init_scale': 256, 'loss_scale_window': 1000, 'min_loss_scale': 1})
+    >>> deepspeed_options({"fp16": {"enabled": True, "loss_scale": 128}})
+    ('static', {'loss_scale': 128.0, 'skip_nonfinite': True})
     """
     if not isinstance(config, dict):
         raise TypeError("config must be a dict (a DeepSpeed config or its 'fp16' section); "
                         f"got {type(config).__name__}")
     if optimizer not in ("zero", "fp16"):
-        raise ValueError("optimizer must be 'zero' (DynamicLossScaler) or 'fp16' (fused FP16_Optimizer); "
-                         f"got {optimizer!r}")
+        raise ValueError("optimizer must be 'zero' (DynamicLossScaler) or 'fp16' (FP16_Optimizer / "
+                         f"FP16_UnfusedOptimizer); got {optimizer!r}")
     section_keys = set(CONFIG_DEFAULTS) | {"enabled", "auto_cast", "fp16_master_weights_and_grads"}
     if "fp16" in config:
         fp16 = config["fp16"]
@@ -261,26 +313,32 @@ def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]
     unknown = set(fp16) - section_keys
     if unknown:
         raise ValueError(f"unknown fp16 config keys {sorted(unknown)}; loss scaling reads {sorted(CONFIG_DEFAULTS)}")
-    if not fp16.get("enabled", False):  # FP16_ENABLED_DEFAULT = False
+    loss_scale = fp16.get("loss_scale", CONFIG_DEFAULTS["loss_scale"])  # a pydantic float field
+    if (isinstance(loss_scale, bool) or not isinstance(loss_scale, numbers.Real) or not math.isfinite(loss_scale)
+            or loss_scale < 0):
+        raise ValueError(f"fp16.loss_scale must be a finite number >= 0 (0 = dynamic); got {loss_scale!r}")
+    ints = {key: _int_key(fp16, key) for key in _INT_KEYS}
+    consecutive = _bool_key(fp16, "consecutive_hysteresis", CONFIG_DEFAULTS["consecutive_hysteresis"])
+    enabled = _bool_key(fp16, "enabled", False)  # DeepSpeedFP16Config.enabled: False
+    if enabled and loss_scale == 0:  # DeepSpeedFP16Config._validate_dynamic_loss_scale_params
+        for key in ("loss_scale_window", "min_loss_scale"):
+            if ints[key] <= 0:
+                raise ValueError(f"fp16.{key} must be > 0 when dynamic loss scaling is enabled (loss_scale=0)")
+    if not enabled:
         return "none", {}
-    get = lambda key: fp16.get(key, CONFIG_DEFAULTS[key])  # noqa: E731  (get_scalar_param)
-    if get("loss_scale") != 0:  # a static scale; both optimizers still skip overflowing steps
-        return "static", {"loss_scale": get("loss_scale"), "skip_nonfinite": True}
-    keys = ("initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis", "consecutive_hysteresis")
-    given = any(key in fp16 for key in keys)
+    if loss_scale != 0:  # a static scale (LossScaler / a static LossScaleConfig); overflowing steps are skipped
+        return "static", {"loss_scale": float(loss_scale), "skip_nonfinite": True}
+    init_scale = 2 ** ints["initial_scale_power"]  # dynamic_loss_scale_args()["init_scale"]
     if optimizer == "fp16":
         return "deepspeed-fp16-optimizer", {
-            "init_scale": 2 ** get("initial_scale_power"),
-            "loss_scale_window": get("loss_scale_window") if given else 1000,
-            "min_loss_scale": get("min_loss_scale") if given else 1,
+            "init_scale": init_scale,
+            "loss_scale_window": ints["loss_scale_window"],
+            "min_loss_scale": ints["min_loss_scale"],
         }
-    if not given:  # DynamicLossScaler(dtype=torch.half): its own defaults
-        return "deepspeed", {"init_scale": 2**32, "loss_scale_window": 1000, "hysteresis": 1,
-                             "consecutive_hysteresis": False, "min_loss_scale": 1}
     return "deepspeed", {
-        "init_scale": 2 ** get("initial_scale_power"),
-        "loss_scale_window": get("loss_scale_window"),
-        "hysteresis": get("hysteresis"),
-        "consecutive_hysteresis": get("consecutive_hysteresis"),
-        "min_loss_scale": get("min_loss_scale"),
+        "init_scale": init_scale,
+        "loss_scale_window": ints["loss_scale_window"],
+        "hysteresis": ints["hysteresis"],
+        "consecutive_hysteresis": consecutive,
+        "min_loss_scale": ints["min_loss_scale"],
     }

@@ -102,7 +102,7 @@ def _power(p):
     return 2 ** int(p)
 
 
-_DS = "microsoft/DeepSpeed deepspeed/runtime/"
+_DS = "deepspeedai/DeepSpeed 0.19.8 deepspeed/runtime/"
 PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("torch", "torch.amp.GradScaler(device)",
            "pytorch/pytorch torch/amp/grad_scaler.py; aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp",
@@ -117,14 +117,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            keras_lso.TFKerasLossScale, keras_lso.fast_tf_keras, "initial_scale", "dynamic_growth_steps",
            "float32 variable", "1", "refuses to grow into inf", "skip; max(scale / 2, 1)"),
     Preset("deepspeed", "DeepSpeed DynamicLossScaler (fp16 config, ZeRO)",
-           _DS + "fp16/loss_scaler.py; " + _DS + "config.py",
+           _DS + "fp16/loss_scaler.py; " + _DS + "precision_config.py",
            deepspeed.DeepSpeedLossScaler, deepspeed.fast_deepspeed, "init_scale", "loss_scale_window",
            "Python float", "min_loss_scale (1); raises at it", "none", "skip; hysteresis, then scale / 2",
            (("initial_scale_power", "init_scale", _power),)),
-    Preset("deepspeed-fp16-optimizer", "DeepSpeed FP16_Optimizer (fused, no ZeRO)",
-           _DS + "fp16/fused_optimizer.py",
+    Preset("deepspeed-fp16-optimizer", "DeepSpeed FP16_Optimizer / FP16_UnfusedOptimizer (no ZeRO)",
+           _DS + "fp16/fused_optimizer.py, unfused_optimizer.py",
            deepspeed.DeepSpeedFP16OptimizerScaler, deepspeed.fast_deepspeed_fp16, "init_scale", "loss_scale_window",
-           "Python number", "min_loss_scale (1)", "none", "skip; max(scale / 2, min)",
+           "Python float", "min_loss_scale (1)", "none", "skip; max(scale / 2, min)",
            (("initial_scale_power", "init_scale", _power),)),
     Preset("jmp", "jmp.DynamicLossScale(loss_scale) (no default scale: 2**15 as in its docstring)",
            "google-deepmind/jmp jmp/_src/loss_scale.py",

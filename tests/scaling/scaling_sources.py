@@ -20,14 +20,19 @@ tf = _LazyTF()
 
 
 class DeepSpeedDynamicLossScaler:
-    """microsoft/DeepSpeed deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler."""
+    """DeepSpeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.
 
-    def __init__(self, init_scale=2**32, scale_factor=2., scale_window=1000, min_scale=1, delayed_shift=1,
-                 consecutive_hysteresis=False, raise_error_at_min_scale=True):
+    (0.19.8 has no defaults on these arguments; ``CreateLossScaler`` passes them all from
+    ``DeepSpeedFP16Config.dynamic_loss_scale_args()``. The real class is checked against
+    labkit in test_deepspeed_real.py wherever DeepSpeed is installed.)
+    """
+
+    def __init__(self, init_scale, scale_window, min_scale, delayed_shift, consecutive_hysteresis,
+                 raise_error_at_min_scale=True):
         self.cur_scale = init_scale
         self.cur_iter = 0
         self.last_overflow_iter = -1
-        self.scale_factor = scale_factor
+        self.scale_factor = 2.0
         self.scale_window = scale_window
         self.min_scale = min_scale
         self.delayed_shift = delayed_shift
@@ -51,7 +56,9 @@ class DeepSpeedDynamicLossScaler:
         else:
             if self.consecutive_hysteresis:
                 self.cur_hysteresis = self.delayed_shift
-            if (self.cur_iter - self.last_overflow_iter) % self.scale_window == 0:
+
+            stable_interval = (self.cur_iter - self.last_overflow_iter) - 1
+            if (stable_interval > 0) and (stable_interval % self.scale_window == 0):
                 if not self.consecutive_hysteresis:
                     self.cur_hysteresis = self.delayed_shift
                 self.cur_scale *= self.scale_factor
@@ -59,14 +66,15 @@ class DeepSpeedDynamicLossScaler:
 
 
 class DeepSpeedFP16Optimizer:
-    """microsoft/DeepSpeed deepspeed/runtime/fp16/fused_optimizer.py, FP16_Optimizer
-    (the dynamic-loss-scale part of __init__, and _update_scale)."""
+    """DeepSpeed 0.19.8 deepspeed/runtime/fp16/fused_optimizer.py, FP16_Optimizer._update_scale
+    (the same in unfused_optimizer.py), on the dynamic part of the LossScaleConfig that
+    fp16/loss_scaler.py builds from ``dynamic_loss_args`` (scale_factor = 2.0)."""
 
     def __init__(self, dynamic_loss_args):
         self.dynamic_loss_scale = True
         self.cur_iter = 0
         self.last_overflow_iter = -1
-        self.scale_factor = 2
+        self.scale_factor = 2.0
         self.cur_scale = dynamic_loss_args["init_scale"]
         self.scale_window = dynamic_loss_args["scale_window"]
         self.min_loss_scale = dynamic_loss_args["min_scale"]
@@ -77,7 +85,7 @@ class DeepSpeedFP16Optimizer:
                 self.cur_scale = max(self.cur_scale / self.scale_factor, self.min_loss_scale)
                 self.last_overflow_iter = self.cur_iter
             else:
-                # Ensure self.scale_window updates since last overflow
+                # Ensure self.loss_scale_config.scale_window updates since last overflow
                 stable_interval = (self.cur_iter - self.last_overflow_iter) - 1
                 if (stable_interval > 0) and (stable_interval % self.scale_window == 0):
                     self.cur_scale *= self.scale_factor

@@ -18,16 +18,16 @@ X, _ = True, False  # overflow, clean
 # -- hand-derived vectors ---------------------------------------------------------------
 
 def test_deepspeed_hysteresis_vector():
-    # deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.update_scale, with the
+    # DeepSpeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler.update_scale,
     # config {"initial_scale_power": 4, "loss_scale_window": 3, "hysteresis": 2}:
     # step 0 X: hysteresis 2 -> 1, scale stays 16      step 1 X: hysteresis is 1 -> 16/2 = 8
     # step 2 X: hysteresis still 1 (restored only at a growth) -> 4
-    # steps 3, 4 clean: (it - last) = 1, 2              step 5 clean: (5 - 2) % 3 == 0 -> 8, hysteresis 2
-    # step 6 X: hysteresis 2 -> 1, scale stays 8
-    t = scaling.simulate("deepspeed", [X, X, X, _, _, _, X], initial_scale_power=4, loss_scale_window=3)
-    assert t.scales.tolist() == [16, 16, 8, 4, 4, 4, 8]
-    assert t.hysteresis.tolist() == [1, 1, 1, 1, 1, 2, 1]
-    assert t.applied.tolist() == [False, False, False, True, True, True, False]
+    # steps 3-5 clean: stable_interval = it - 2 - 1 = 0, 1, 2   step 6 clean: 3 % 3 == 0 -> 8, hysteresis 2
+    # step 7 X: hysteresis 2 -> 1, scale stays 8
+    t = scaling.simulate("deepspeed", [X, X, X, _, _, _, _, X], initial_scale_power=4, loss_scale_window=3)
+    assert t.scales.tolist() == [16, 16, 8, 4, 4, 4, 4, 8]
+    assert t.hysteresis.tolist() == [1, 1, 1, 1, 1, 1, 2, 1]
+    assert t.applied.tolist() == [False, False, False, True, True, True, True, False]
     assert t.final_scale == 8
 
 
@@ -50,25 +50,29 @@ def test_deepspeed_raises_at_the_floor_and_the_trace_stops_there():
     assert kept.stopped_at is None and kept.scales.tolist() == [4, 2, 2, 2]
 
 
-def test_deepspeed_fp16_optimizer_grows_one_step_later():
-    # fused_optimizer.py, _update_scale: stable_interval = (cur_iter - last_overflow_iter) - 1
-    # from the start (last = -1): stable_interval = cur_iter, grows at cur_iter = window = 2,
+def test_both_deepspeed_rules_grow_one_step_later_than_torch():
+    # DeepSpeed 0.19.8: fused_optimizer.py / unfused_optimizer.py _update_scale and
+    # loss_scaler.py DynamicLossScaler.update_scale both use
+    # stable_interval = (cur_iter - last_overflow_iter) - 1, grow if > 0 and % window == 0.
+    # From the start (last = -1): stable_interval = cur_iter, grows at cur_iter = window = 2,
     # i.e. on the 3rd clean step; then every 2 steps (cur_iter 4, 6).
-    t = scaling.simulate("deepspeed-fp16-optimizer", [_] * 7, init_scale=1, loss_scale_window=2)
-    assert t.scales.tolist() == [1, 1, 1, 2, 2, 4, 4]
-    assert t.final_scale == 8
-    # the DynamicLossScaler grows on the 2nd clean step: (cur_iter + 1) % 2 == 0
-    d = scaling.simulate("deepspeed", [_] * 7, init_scale=1, loss_scale_window=2)
-    assert d.scales.tolist() == [1, 1, 2, 2, 4, 4, 8]
+    for name in ("deepspeed-fp16-optimizer", "deepspeed"):
+        t = scaling.simulate(name, [_] * 7, init_scale=1, loss_scale_window=2)
+        assert t.scales.tolist() == [1, 1, 1, 2, 2, 4, 4]
+        assert t.final_scale == 8
+    # torch's GradScaler grows on the 2nd clean step
+    torch_rule = scaling.simulate("torch", [_] * 7, init_scale=1, growth_interval=2)
+    assert torch_rule.scales.tolist() == [1, 1, 2, 2, 4, 4, 8]
 
 
-def test_deepspeed_fp16_optimizer_keeps_an_int_scale_until_it_halves():
-    # step 0: stable_interval 0 (not > 0); step 1: 1 % 1 == 0 -> 2 * 2 = the int 4; step 2 X: 4 / 2 = 2.0
+def test_deepspeed_fp16_optimizer_scale_turns_float_at_its_first_change():
+    # LossScaleConfig (loss_scaler.py) takes cur_scale = 2**initial_scale_power (an int) and
+    # scale_factor = 2.0 from LOSS_SCALE_PROFILE_DEFAULTS: the first growth or halving gives a float.
+    # step 0: stable_interval 0 (not > 0); step 1: 1 % 1 == 0 -> 2 * 2.0 = 4.0; step 2 X: 4.0 / 2.0 = 2.0
     t = scaling.simulate("deepspeed-fp16-optimizer", [_, _, X], init_scale=2, loss_scale_window=1)
     assert t.scales.tolist() == [2, 2, 4] and t.final_scale == 2.0
     s = scaling.PRESETS["deepspeed-fp16-optimizer"].create(init_scale=2, loss_scale_window=1)
-    grown = s.adjust(True).adjust(True)
-    assert type(grown.loss_scale) is int and type(grown.adjust(False).loss_scale) is float
+    assert type(s.loss_scale) is int and type(s.adjust(True).adjust(True).loss_scale) is float
 
 
 def test_apex_caps_at_2_24_and_clamps_the_initial_scale():
@@ -197,11 +201,14 @@ def test_deepspeed_options_reproduce_the_config_parser():
         "init_scale": 4096, "loss_scale_window": 500, "min_loss_scale": 2})
     # one scaling key present: the others take the config defaults (power 16, window 1000, hysteresis 2)
     assert scaling.deepspeed_options({"fp16": {"enabled": True, "hysteresis": 1}})[1]["init_scale"] == 2**16
-    # none present: DynamicLossScaler's own defaults, init 2**32 and no hysteresis
+    # none present: the same defaults (DeepSpeed 0.19.8 DeepSpeedFP16Config.dynamic_loss_scale_args
+    # always returns them; older DeepSpeed fell back to DynamicLossScaler's 2**32 and no hysteresis)
     name, opts = scaling.deepspeed_options({"enabled": True})
-    assert opts["init_scale"] == 2**32 and opts["hysteresis"] == 1
+    assert opts["init_scale"] == 2**16 and opts["hysteresis"] == 2
+    assert scaling.deepspeed_options({"enabled": True}, optimizer="fp16")[1] == {
+        "init_scale": 2**16, "loss_scale_window": 1000, "min_loss_scale": 1}
     assert scaling.deepspeed_options({"fp16": {"enabled": True, "loss_scale": 128}}) == (
-        "static", {"loss_scale": 128, "skip_nonfinite": True})
+        "static", {"loss_scale": 128.0, "skip_nonfinite": True})
     # fp16 is off unless enabled (FP16_ENABLED_DEFAULT = False), or with no fp16 section at all
     assert scaling.deepspeed_options({"fp16": {"loss_scale": 0}}) == ("none", {})
     assert scaling.deepspeed_options({"train_batch_size": 8, "bf16": {"enabled": True}}) == ("none", {})

@@ -113,6 +113,17 @@ def test_deepspeed_options_input_checks():
         scaling.deepspeed_options({"fp16": {}}, optimizer="zero3")
     with pytest.raises(ValueError, match="unknown fp16 config keys \\['loss_window'\\]"):
         scaling.deepspeed_options({"fp16": {"loss_window": 3}})
+    # DeepSpeedFP16Config's own checks (DeepSpeed 0.19.8 precision_config.py)
+    with pytest.raises(ValueError, match="min_loss_scale must be an integer"):
+        scaling.deepspeed_options({"fp16": {"enabled": True, "min_loss_scale": 0.5}})
+    with pytest.raises(ValueError, match="initial_scale_power must be an integer"):
+        scaling.deepspeed_options({"fp16": {"enabled": True, "initial_scale_power": 8.5}})
+    with pytest.raises(ValueError, match="loss_scale_window must be > 0 when dynamic"):
+        scaling.deepspeed_options({"fp16": {"enabled": True, "loss_scale_window": 0}})
+    with pytest.raises(ValueError, match="loss_scale must be a finite number >= 0"):
+        scaling.deepspeed_options({"fp16": {"enabled": True, "loss_scale": True}})
+    assert scaling.deepspeed_options({"fp16": {"enabled": True, "loss_scale": 4, "loss_scale_window": 0}})[0] == "static"
+    assert scaling.deepspeed_options({"fp16": {"enabled": True, "initial_scale_power": 8.0}})[1]["init_scale"] == 256
 
 
 def test_closed_loop_input_checks():
