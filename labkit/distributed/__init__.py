@@ -22,3 +22,16 @@ def run(config):
     except ModuleNotFoundError as exc:
         raise ValueError(f"no distributed engine for {config.framework} in this labkit ({exc})") from exc
     return engine.run(config)
+
+
+def check_engine(config, framework: str, name: str) -> None:
+    """What every engine checks first: a RunConfig, for its framework, on two or more devices."""
+    from labkit.train.config import RunConfig
+
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"the {name} engine's run() takes a RunConfig, got {type(config).__name__}")
+    if config.framework != framework:
+        raise ValueError(f"this is the {name} engine: it runs framework={framework!r}, got {config.framework!r}")
+    if config.devices < 2:
+        raise ValueError(f"the {name} engine needs devices >= 2, got {config.devices}; one device runs via "
+                         "labkit.train.run")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import subprocess
 import time
 from pathlib import Path
@@ -28,11 +27,12 @@ def wait(proc: subprocess.Popen, config: RunConfig, out, timeout_s: float | None
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while True:
-            poll = 0.5 if bar is not None else math.inf
+            poll = 0.5 if bar is not None else None  # None: wait until it ends
             if deadline is not None:
-                poll = min(poll, max(deadline - time.monotonic(), 0.0))
+                left = max(deadline - time.monotonic(), 0.0)
+                poll = left if poll is None else min(poll, left)
             try:
-                return proc.communicate(timeout=None if poll == math.inf else poll)
+                return proc.communicate(timeout=poll)
             except subprocess.TimeoutExpired:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise

@@ -41,7 +41,7 @@ from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.loop import StepOut, train
 from labkit.train.torch_models import build
-from labkit.distributed.torch_worker import DistStepper, _profile, _with_inf, exit_after, rank_main, read_collectives
+from labkit.distributed.torch_worker import DistStepper, _name, _profile, _with_inf, exit_after, rank_main, where
 
 
 def _nbytes(tensors) -> int:
@@ -69,17 +69,8 @@ class DeepSpeedStepper(DistStepper):
         self.autocast = False  # the engine casts the model itself; inputs are cast in _inputs
         stage = self.ds_config["zero_optimization"]["stage"]
         self.device = (f"{world} processes, DeepSpeed {deepspeed.__version__} ZeRO stage {stage}, "
-                       f"{dist.get_backend()}; each on {self._where()}")
-        self.steps, self.profile_step = 0, min(2, config.steps - 1)
-        self.collectives, self.compute_dtypes = [], {}
-        self.skipped, self.local_finite = [], []
-
-    def _where(self) -> str:
-        from labkit.train.torch_runner import describe_cpu
-
-        if self.torch_device.type == "cuda":
-            return f"cuda ({torch.cuda.get_device_name(self.torch_device)})"
-        return describe_cpu()
+                       f"{dist.get_backend()}; each on {where(device)}")
+        self._start_records()
 
     def _inputs(self, x: np.ndarray, y: np.ndarray):
         xb, yb = super()._inputs(x, y)
@@ -109,19 +100,10 @@ class DeepSpeedStepper(DistStepper):
             for h in handles:
                 h.remove()
             self.model.step()  # all-reduces the overflow flag; updates the fp32 partition; all-gathers
-        if profiling:
-            self.collectives = read_collectives(trace)
         skipped = self.model.skipped_steps > skipped_before
         norm = self.model.get_global_grad_norm()
         norm = math.inf if skipped or norm is None else float(norm)
-        total = loss.detach().float().clone()
-        dist.all_reduce(total)
-        if self.torch_device.type == "cuda":
-            torch.cuda.synchronize(self.torch_device)
-        self.steps += 1
-        self.skipped.append(bool(skipped))
-        self.local_finite.append(all(seen))
-        return StepOut(loss=float(total) / self.world, grad_norm=norm, scale=scale, skipped=bool(skipped))
+        return self._finish_step(trace if profiling else None, loss, norm, scale, skipped, all(seen))
 
     def _scale(self) -> float | None:
         """The loss scale this step's backward uses (fp16 only; DeepSpeed's ``cur_scale``)."""
@@ -137,21 +119,19 @@ class DeepSpeedStepper(DistStepper):
         out = {"parameter_bytes": _nbytes(self.model.module.parameters()),
                "master_weight_bytes": _nbytes(getattr(opt, "single_partition_of_fp32_groups", [])),
                "optimizer_state_bytes": _nbytes(state)}
-        if self.torch_device.type == "cuda":
-            out["cuda_max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.torch_device))
-        return out
+        return self._with_cuda_peak(out)
 
     def sharding(self) -> list[dict]:
         """Each parameter as the engine holds it: full shape on every rank (ZeRO 1/2 shard the
         fp32 master copy and the optimizer states, not the working weights), in bf16/fp16."""
-        return [{"name": n, "shape": list(p.shape), "local_shape": list(p.shape), "dtype": _dtype_name(p.dtype)}
+        return [{"name": n, "shape": list(p.shape), "local_shape": list(p.shape), "dtype": _name(p.dtype)}
                 for n, p in self.model.module.named_parameters()]
 
     def extra(self) -> dict:
         out = super().extra()
-        out.update(parallel=self.config.parallel, engine="deepspeed",
+        out.update(engine="deepspeed",
                    zero_stage=self.ds_config["zero_optimization"]["stage"], ds_config=self.ds_config,
-                   communication_data_type=_dtype_name(self.model.communication_data_type))
+                   communication_data_type=_name(self.model.communication_data_type))
         return out
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> float:
@@ -159,10 +139,6 @@ class DeepSpeedStepper(DistStepper):
             xb, yb = self._inputs(x, y)
             pred = self.model(xb).argmax(dim=-1)
         return float((pred == yb).float().mean())
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
 
 
 def train_rank(config: RunConfig, out: str | None) -> None:

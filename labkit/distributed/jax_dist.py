@@ -49,7 +49,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from labkit.distributed import _wait
+from labkit.distributed import _wait, check_engine
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed, StepOut
 from labkit.train.result import RunResult
@@ -332,12 +332,7 @@ def make_stepper(config: RunConfig, data):
 
 
 def _check(config: RunConfig) -> None:
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"run() takes a RunConfig, got {type(config).__name__}")
-    if config.framework != "jax":
-        raise ValueError(f"jax_dist runs framework='jax' configs, got framework={config.framework!r}")
-    if config.devices < 2:
-        raise ValueError(f"jax_dist is for devices >= 2, got devices={config.devices}; use labkit.train.run")
+    check_engine(config, "jax", "JAX")
 
 
 # -- running: in this process, or in a child with N virtual CPU devices --------------------

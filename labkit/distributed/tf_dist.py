@@ -50,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labkit.distributed import _wait
+from labkit.distributed import _wait, check_engine
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
 from labkit.train.result import RunResult
@@ -62,12 +62,7 @@ _ERROR_TAG = "labkit-tf-dist-error:"
 # -- the parent side: no TensorFlow import here ----------------------------------------------
 def check_config(config: RunConfig, overflow_replica: int | None = None) -> int:
     """Raise ValueError/TypeError for what cannot run on MirroredStrategy; return the overflow replica."""
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"tf_dist.run takes a RunConfig, got {type(config).__name__}")
-    if config.framework != "tf":
-        raise ValueError(f"this is the TensorFlow engine; config.framework is {config.framework!r}")
-    if config.devices < 2:
-        raise ValueError(f"tf_dist runs need devices >= 2, got {config.devices}; one device runs via labkit.train.run")
+    check_engine(config, "tf", "TensorFlow")
     if config.parallel != "dp":
         raise ValueError(f"parallel={config.parallel!r}: tf.distribute replicates Keras models (parallel='dp' only); "
                          "for sharded parameters use framework 'torch' (FSDP2) or 'jax'")

@@ -38,6 +38,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from labkit.distributed import check_engine
 from labkit.distributed._wait import wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
@@ -48,12 +49,7 @@ ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 def check(config: RunConfig) -> str:
     """Raise ValueError for a config DDP/FSDP2 cannot run here; return the backend ("gloo" | "nccl")."""
-    if not isinstance(config, RunConfig):
-        raise TypeError(f"torch_dist.run takes a RunConfig, got {type(config).__name__}")
-    if config.framework != "torch":
-        raise ValueError(f"torch_dist runs framework='torch', got {config.framework!r}")
-    if config.devices < 2:
-        raise ValueError(f"torch_dist needs devices >= 2 (processes), got {config.devices}")
+    check_engine(config, "torch", "PyTorch")
     import torch
 
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -80,9 +76,9 @@ def check(config: RunConfig) -> str:
 
 def _check_deepspeed(config: RunConfig, device: str) -> None:
     """ValueError, before any process starts, for a ZeRO run DeepSpeed would refuse here."""
-    import importlib.util
+    from labkit.distributed.deepspeed_config import deepspeed_installed
 
-    if importlib.util.find_spec("deepspeed") is None:
+    if not deepspeed_installed():
         raise ValueError(f"parallel={config.parallel!r} runs DeepSpeed, which is not installed: "
                          "pip install 'labkit[deepspeed]' (or use parallel='dp' / 'fsdp')")
     if device == "cpu" and config.precision == "fp16" and not _cpu_has_fp16():

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
-from labkit.train.loop import train
+from labkit.train.loop import StepOut, train
 from labkit.train.torch_models import build
 from labkit.train.torch_runner import COMPUTE_DTYPES, describe_cpu, matmul_precision
 
@@ -136,10 +136,15 @@ class DistStepper:
                 self.scaler = ShardedGradScaler(device.type, **kwargs)
             else:
                 self.scaler = torch.amp.GradScaler(device.type, **kwargs)
-        self.device = _describe(device, config, world)
+        engine = "DDP" if config.parallel == "dp" else "FSDP2 fully_shard"
+        self.device = f"{world} processes, {engine}, {dist.get_backend()}; each on {where(device)}"
+        self._start_records()
+
+    def _start_records(self) -> None:
+        """What every step adds to: the step count, the profiled step's collectives, per-rank decisions."""
         self.steps = 0
         # DDP rebuilds its buckets in the second step (a one-off broadcast of their order): count the third
-        self.profile_step = min(2, config.steps - 1)
+        self.profile_step = min(2, self.config.steps - 1)
         self.collectives: list[dict] = []
         self.compute_dtypes: dict[str, str] = {}
         self.skipped: list[bool] = []
@@ -183,8 +188,6 @@ class DistStepper:
 
     # -- Stepper protocol -----------------------------------------------------------------
     def step(self, x: np.ndarray, y: np.ndarray, inject_overflow: bool = False):
-        from labkit.train.loop import StepOut
-
         b = len(x) // self.world
         xb, yb = self._inputs(x[self.rank * b:(self.rank + 1) * b], y[self.rank * b:(self.rank + 1) * b])
         handles = self._watch_compute() if self.steps == 0 else []
@@ -213,7 +216,11 @@ class DistStepper:
                 skipped = False
             else:
                 skipped = True
-        if profiling:
+        return self._finish_step(trace if profiling else None, loss, norm, scale, skipped, local_finite)
+
+    def _finish_step(self, trace, loss, norm: float, scale, skipped: bool, local_finite: bool):
+        """Record the step (and the profiled step's collectives); the global batch's loss for the log."""
+        if trace is not None:
             self.collectives = read_collectives(trace)
         total = loss.detach().float().clone()
         dist.all_reduce(total)  # the global batch's loss: the mean of equal-sized slices
@@ -221,7 +228,7 @@ class DistStepper:
             torch.cuda.synchronize(self.torch_device)
         self.steps += 1
         self.skipped.append(bool(skipped))
-        self.local_finite.append(local_finite)
+        self.local_finite.append(bool(local_finite))
         return StepOut(loss=float(total) / self.world, grad_norm=norm, scale=scale, skipped=bool(skipped))
 
     def _clip(self) -> float:
@@ -261,6 +268,9 @@ class DistStepper:
                "gradient_bytes": sum(_local(p.grad).numel() * p.grad.element_size()
                                      for p in self.model.parameters() if p.grad is not None),
                "optimizer_state_bytes": sum(t.numel() * t.element_size() for t in state)}
+        return self._with_cuda_peak(out)
+
+    def _with_cuda_peak(self, out: dict) -> dict:
         if self.torch_device.type == "cuda":
             out["cuda_max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.torch_device))
         return out
@@ -362,11 +372,9 @@ def gradient_reduce_dtype(collectives: list[dict]) -> str | None:
     return max(reductions, key=lambda c: c["elements"])["dtype"] if reductions else None
 
 
-def _describe(device: torch.device, config: RunConfig, world: int) -> str:
-    engine = "DDP" if config.parallel == "dp" else "FSDP2 fully_shard"
-    backend = dist.get_backend()
-    where = describe_cpu() if device.type == "cpu" else f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"{world} processes, {engine}, {backend}; each on {where}"
+def where(device: torch.device) -> str:
+    """What one rank runs on: the CPU (with its bf16/fp16 support) or the GPU's name."""
+    return describe_cpu() if device.type == "cpu" else f"cuda ({torch.cuda.get_device_name(device)})"
 
 
 def train_rank(config: RunConfig, out: str | None) -> None:
