@@ -20,7 +20,6 @@ from labkit.scaling.fp8 import current_scaling, delayed_scaling, fp8_recipe, fp8
 from labkit.scaling.gradients import GradientRecord, record_gradients
 from labkit.scaling.jax_scalers import JmpLossScale, OptaxApplyIfFinite
 from labkit.scaling.keras_lso import KerasLossScale, TFKerasLossScale
-from labkit.scaling.plots import plot_fp8, plot_gradient_histogram, plot_traces
 from labkit.scaling.registry import LIBRARY_PRESETS, PRESETS, Preset, get_preset, preset_table
 from labkit.scaling.seed004 import DIFFERENCES as SEED004_DIFFERENCES
 from labkit.scaling.seed004 import DynamicLossScaler as Seed004DynamicLossScaler
@@ -30,6 +29,18 @@ from labkit.scaling.torch_amp import ApexLossScaler, TorchGradScaler
 from labkit.scaling.trace import Trace, overflow_pattern, simulate, simulate_closed_loop, traces_table
 from labkit.scaling.underflow import Fractions, ScaleRange, fractions, fractions_table, safe_range_table, \
     safe_scale_range
+
+# The figures need matplotlib.pyplot, which is slow to import: load it on first use (as labkit.formats does).
+_PLOTS = ("plot_fp8", "plot_gradient_histogram", "plot_traces")
+
+
+def __getattr__(name):
+    if name in _PLOTS:
+        from labkit.scaling import plots
+
+        return getattr(plots, name)
+    raise AttributeError(f"module 'labkit.scaling' has no attribute {name!r}")
+
 
 __all__ = [
     "ApexLossScaler",

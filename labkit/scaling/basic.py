@@ -43,9 +43,6 @@ class _Scaler:
     def applies(self, finite: bool) -> bool:
         return bool(finite)
 
-    def tracked(self) -> dict:
-        return {name: getattr(self, name) for name in self.TRACKED}
-
 
 @dataclass(frozen=True)
 class NoOpLossScale(_Scaler):

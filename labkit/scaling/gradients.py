@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit.scaling import _numbers as num
+
 
 @dataclass(frozen=True, eq=False)
 class GradientRecord:
@@ -50,12 +52,6 @@ class GradientRecord:
         return f"GradientRecord({len(self.amax)} steps; {self.description}; values per tensor: {sizes})"
 
 
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
-
-
 def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64, lr: float = 0.5,
                      seed: int = 0, sample_steps=None) -> GradientRecord:
     """Train a 3-layer MLP on ``sklearn.datasets.load_digits`` and record its gradients.
@@ -76,9 +72,9 @@ def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64,
     >>> sorted(rec.layers)[:2], rec.amax.shape       # doctest: +SKIP
     (['fc1.bias', 'fc1.weight'], (3,))
     """
-    steps = _check_int("steps", steps, 1)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    hidden = _check_int("hidden", hidden, 1)
+    steps = num.check_interval("steps", steps, "training steps")
+    batch_size = num.check_interval("batch_size", batch_size, "examples per step")
+    hidden = num.check_interval("hidden", hidden, "units per hidden layer")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise ValueError(f"lr must be a number > 0; got {lr!r}")
     if sample_steps is None:

@@ -14,23 +14,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from labkit import formats as lf
-from labkit.scaling.trace import Trace
-from labkit.scaling.underflow import DEFAULT_FORMATS, ScaleRange, check_scale, fractions, gradient_values
+from labkit.scaling.trace import _as_dict
+from labkit.scaling.underflow import DEFAULT_FORMATS, ScaleRange, _pow2, check_scale, fractions, gradient_values
 
 ZONE_COLORS = {"lost": "#9e9e9e", "subnormal": "#f4a261", "normal": "#2a9d8f", "overflow": "#e63946"}
-
-
-def _as_dict(traces) -> dict:
-    if isinstance(traces, Trace):
-        return {traces.preset: traces}
-    if isinstance(traces, dict):
-        items = traces
-    else:
-        items = {t.preset: t for t in traces}
-    for label, t in items.items():
-        if not isinstance(t, Trace):
-            raise TypeError(f"traces must be Trace objects (from simulate); {label!r} is {type(t).__name__}")
-    return items
 
 
 def _log2(x):
@@ -156,7 +143,7 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
     top.hist(data, bins=edges, weights=weights, stacked=True, label=list(groups),
              color=[colors[i % len(colors)] for i in range(len(data))])
     top.set_ylabel("% of nonzero values")
-    top.set_title(f"log2|gradient x S|, S = {_fmt_scale(s)}  ({100 * zeros:.1f}% of values are exactly 0, not shown)",
+    top.set_title(f"log2|gradient x S|, S = {_pow2(s)}  ({100 * zeros:.1f}% of values are exactly 0, not shown)",
                   fontsize=10)
     first = fmts[0]
     for v, name in ((first.smallest_subnormal, "smallest subnormal"), (first.smallest_normal, "smallest normal"),
@@ -183,11 +170,6 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
     bottom.set_xlim(*xlim)
     bottom.set_xlabel("log2 |value|   (grey: rounds to 0, orange: subnormal, green: normal, red: overflows)")
     return fig
-
-
-def _fmt_scale(s: float) -> str:
-    m, e = math.frexp(s)
-    return f"2**{e - 1}" if m == 0.5 else f"{s:.3g}"
 
 
 def plot_fp8(traces: dict, *, title: str | None = None):

@@ -76,8 +76,8 @@ class Preset:
                     raise ValueError(f"give either {alias} or {target} to preset {self.name!r}, not both")
                 options[target] = convert(options.pop(alias))
                 given_as[target] = alias
-        for generic, target in (("init_scale", self.init_option), ("growth_interval", self.interval_option)):
-            value = init_scale if generic == "init_scale" else growth_interval
+        for generic, target, value in (("init_scale", self.init_option, init_scale),
+                                       ("growth_interval", self.interval_option, growth_interval)):
             if value is None:
                 continue
             if target is None:
@@ -171,6 +171,7 @@ def get_preset(name) -> Preset:
 def preset_table(names=None):
     """The presets side by side: defaults, bounds, what happens on overflow, where from."""
     from labkit.formats import Table
+    from labkit.scaling.underflow import _pow2
 
     rows = []
     for name in names or PRESETS:
@@ -181,7 +182,7 @@ def preset_table(names=None):
         rows.append((
             p.name,
             p.imitates,
-            "-" if init is None else _pow2(init),
+            _pow2(init),
             "-" if interval is None else str(interval),
             p.storage,
             p.floor,
@@ -192,8 +193,3 @@ def preset_table(names=None):
     columns = ("preset", "imitates", "init scale", "growth interval", "scale stored as", "floor", "ceiling",
                "on overflow", "source")
     return Table(columns, tuple(rows), "Loss-scaling rules, read from each library's source")
-
-
-def _pow2(x) -> str:
-    m, e = np.frexp(float(x))
-    return f"2**{e - 1}" if m == 0.5 else f"{x:g}"

@@ -150,9 +150,8 @@ def seed004_vs_gradscaler(overflows, *, initial_scale=2**16, growth_interval=200
     import torch
 
     from labkit.formats import Table
-    from labkit.scaling._numbers import check_overflows
 
-    flags = check_overflows(overflows)
+    flags = num.check_overflows(overflows)
     p_seed, p_torch = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
     opt_seed, opt_torch = torch.optim.SGD([p_seed], lr=0.1), torch.optim.SGD([p_torch], lr=0.1)
     seed = DynamicLossScaler(initial_scale, growth_interval)

@@ -126,15 +126,18 @@ def simulate(preset, overflows, init_scale=None, growth_interval=None, *, engine
     else:
         scales, applied, extras, stopped, final, _ = _replay(p.scaler.create(**opts), len(flags),
                                                              lambda i, _scale: flags[i])
-    n = len(scales)
-    overflow_arr = np.asarray(flags, dtype=bool)
-    applied_arr = ~overflow_arr[:n] if applied is None else np.asarray(applied, dtype=bool)
+    return _trace(p, opts, flags, scales, applied, extras, stopped, final)
+
+
+def _trace(p, opts, flags, scales, applied, extras, stopped, final) -> Trace:
+    """A Trace from what a replay returned (``applied`` None: every clean step applied, no other)."""
+    overflows = np.asarray(flags, dtype=bool)
     return Trace(
         preset=p.name,
         options=opts,
-        overflows=overflow_arr,
+        overflows=overflows,
         scales=num.floats(scales),
-        applied=applied_arr,
+        applied=~overflows[: len(scales)] if applied is None else np.asarray(applied, dtype=bool),
         final_scale=num.to_float(final),
         extras={k: np.asarray(v) for k, v in extras.items()},
         stopped_at=stopped,
@@ -207,17 +210,7 @@ def simulate_closed_loop(preset, amax, fmt="fp16", init_scale=None, growth_inter
     opts = p.resolve(init_scale=init_scale, growth_interval=growth_interval, **preset_options)
     scales, applied, extras, stopped, final, flags = _replay(p.scaler.create(**opts), len(amax),
                                                              _FormatOverflow(amax, fmt))
-    return Trace(
-        preset=p.name,
-        options=opts,
-        overflows=np.asarray(flags, dtype=bool),
-        scales=num.floats(scales),
-        applied=np.asarray(applied, dtype=bool),
-        final_scale=num.to_float(final),
-        extras={k: np.asarray(v) for k, v in extras.items()},
-        stopped_at=stopped,
-        stop_reason=None if stopped is None else _stop_reason(p.name),
-    )
+    return _trace(p, opts, flags, scales, applied, extras, stopped, final)
 
 
 _KINDS = ("none", "every", "random", "burst")
@@ -263,18 +256,23 @@ def overflow_pattern(kind: str, steps: int | None = None, *, every: int | None =
     return out
 
 
+def _as_dict(traces) -> dict:
+    """A Trace, a list of Traces or {label: Trace} as {label: Trace} (TypeError for anything else)."""
+    if isinstance(traces, Trace):
+        return {traces.preset: traces}
+    items = traces if isinstance(traces, dict) else {t.preset: t for t in traces}
+    for label, t in items.items():
+        if not isinstance(t, Trace):
+            raise TypeError(f"traces must be Trace objects (from simulate); {label!r} is {type(t).__name__}")
+    return items
+
+
 def traces_table(traces):
     """One row per trace: steps run, overflows, skipped, poisoned, smallest/final scale, stop."""
     from labkit.formats import Table
 
-    if isinstance(traces, Trace):
-        traces = {traces.preset: traces}
-    elif not isinstance(traces, dict):
-        traces = {t.preset: t for t in traces}
     rows = []
-    for label, t in traces.items():
-        if not isinstance(t, Trace):
-            raise TypeError(f"traces must be Trace objects (from simulate); {label!r} is {type(t).__name__}")
+    for label, t in _as_dict(traces).items():
         s = t.summary()
         rows.append((str(label), str(s["steps"]), str(s["overflows"]), str(s["skipped"]), str(s["poisoned"]),
                      f"{s['min_scale']:g}", f"{s['max_scale']:g}", f"{s['final_scale']:g}",

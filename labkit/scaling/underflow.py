@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit import formats as lf
+from labkit.scaling import _numbers as num
 
 DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e5m2", "fp8_e4m3")
 
@@ -53,10 +54,7 @@ def gradient_values(values) -> np.ndarray:
 
 def check_scale(scale) -> float:
     """A scale S: a finite number > 0 (ValueError otherwise)."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)) \
-            or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a finite number > 0; got {scale!r}")
-    return float(scale)
+    return float(num.check_scale("scale", scale))
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,13 @@ def test_gradient_histogram_has_a_zone_bar_per_format():
 
 def test_plot_fp8_has_three_panels():
     xs = [np.array([1.0, 2.0], np.float32) * k for k in (1, 2, 3)]
-    fig = plots.plot_fp8({"delayed": fp8.delayed_scaling(xs), "current": fp8.current_scaling(xs)})
+    delayed = fp8.delayed_scaling(xs)
+    fig = plots.plot_fp8({"delayed": delayed, "current": fp8.current_scaling(xs)})
     assert len(fig.axes) == 3 and fig.axes[2].get_xlabel() == "step"
+    scale_ax, sat_ax, _ = fig.axes
+    np.testing.assert_array_equal(scale_ax.lines[0].get_ydata(), np.log2(delayed.scales))
+    np.testing.assert_array_equal(sat_ax.lines[0].get_ydata(), 100 * delayed.saturated)
+    assert delayed.saturated.max() > 0  # the delayed scale lags behind the growing tensor
 
 
 def test_loss_scale_explorer_follows_the_slider_and_the_text():

@@ -4,6 +4,7 @@ the preset table (floor, ceiling, what happens on overflow) hold when replayed."
 import doctest
 import importlib
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -42,7 +43,7 @@ def random_options(name, rng):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fast_replay_equals_adjust_replay_step_for_step(name):
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))  # hash(str) changes from run to run
     for _ in range(40):
         opts = random_options(name, rng)
         flags = rng.random(int(rng.integers(0, 400))) < rng.choice([0.0, 0.01, 0.3, 0.7, 1.0])
@@ -134,6 +135,8 @@ def test_preset_table_has_a_row_per_preset_with_its_source():
     table = scaling.preset_table()
     assert table.column("preset") == NAMES
     assert table.column("init scale")[0] == "2**16"
+    assert table.column("init scale") == ["2**16", "2**15", "2**15", "2**16", "2**16", "2**15", "2**16", "-",
+                                          "2**16", "2**15", "2**15", "-"]
     assert all(src for src in table.column("source"))
     assert "<table>" in table._repr_html_()
 

@@ -80,6 +80,12 @@ def test_long_overflow_runs_part_ways_float64_versus_float32():
 def test_the_differences_table_is_complete():
     for row in scaling.SEED004_DIFFERENCES:
         assert len(row) == 3 and all(isinstance(c, str) and c for c in row)
+    # the halving counts the table states, replayed
+    seed_says, torch_says = {row[0]: row[1:] for row in scaling.SEED004_DIFFERENCES}["many overflows in a row"]
+    assert "1091 halvings" in seed_says and "166 halvings" in torch_says
+    for name, n in (("seed004", 1091), ("torch", 166)):
+        assert scaling.simulate(name, [True] * n).final_scale == 0.0
+        assert scaling.simulate(name, [True] * (n - 1)).final_scale > 0
     assert scaling.PRESETS["seed004"].defaults == {"initial_scale": 2**16, "growth_interval": 2000}
 
 

@@ -204,7 +204,7 @@ def test_deepspeed_options_reproduce_the_config_parser():
     # none present: the same defaults (DeepSpeed 0.19.8 DeepSpeedFP16Config.dynamic_loss_scale_args
     # always returns them; older DeepSpeed fell back to DynamicLossScaler's 2**32 and no hysteresis)
     name, opts = scaling.deepspeed_options({"enabled": True})
-    assert opts["init_scale"] == 2**16 and opts["hysteresis"] == 2
+    assert name == "deepspeed" and opts["init_scale"] == 2**16 and opts["hysteresis"] == 2
     assert scaling.deepspeed_options({"enabled": True}, optimizer="fp16")[1] == {
         "init_scale": 2**16, "loss_scale_window": 1000, "min_loss_scale": 1}
     assert scaling.deepspeed_options({"fp16": {"enabled": True, "loss_scale": 128}}) == (
