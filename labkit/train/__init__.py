@@ -25,9 +25,9 @@ def run(config: RunConfig) -> RunResult:
         raise TypeError(f"run() takes a RunConfig, got {type(config).__name__}; e.g. run(RunConfig('torch', 'bf16'))")
     try:
         runner = importlib.import_module(_RUNNERS[config.framework])
-    except ImportError as exc:
-        extra = {"torch": "torch", "jax": "jax", "tf": "tf"}[config.framework]
-        raise ImportError(f"{config.framework} runs need the framework: pip install 'labkit[{extra}]' ({exc})") from exc
+    except ImportError as exc:  # the extras are named as the frameworks are
+        raise ImportError(f"{config.framework} runs need the framework: "
+                          f"pip install 'labkit[{config.framework}]' ({exc})") from exc
     if config.devices > 1:
         from labkit import distributed
 

@@ -154,10 +154,6 @@ class RunConfig:
             raise ValueError("inject_overflow needs precision='fp16' (a loss scaler to skip steps), or 'bf16' "
                              "with parallel='zero1'/'zero2' (DeepSpeed's bf16 optimizer also skips on overflow)")
 
-    @property
-    def uses_loss_scaling(self) -> bool:
-        return self.precision == "fp16"
-
     def replace(self, **changes) -> "RunConfig":
         """A copy with some fields changed (checked again)."""
         return dataclasses.replace(self, **changes)

@@ -32,10 +32,6 @@ class Dataset:
     y_test: np.ndarray
     n_classes: int = 10
 
-    @property
-    def n_features(self) -> int:
-        return self.x_train.shape[1]
-
     @staticmethod
     def tokens(x: np.ndarray) -> np.ndarray:
         """Pixel intensities in [0, 1] back to integer tokens 0..16 (the transformer's input)."""

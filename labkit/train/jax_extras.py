@@ -274,7 +274,6 @@ def hlo_summary(hlo_text: str) -> HloSummary:
     return HloSummary(dots, converts)
 
 
-# -- runs side by side -------------------------------------------------------------------------
 __all__ = ["GradientError", "HloSummary", "SimpleDense", "dtype_tree", "gradient_error", "hlo_summary",
            "jmp_and_flax_scales", "jmp_trajectory", "moved_fraction", "ops_by_dtype", "predict",
            "scaled_gradients"]

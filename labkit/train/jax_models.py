@@ -58,8 +58,8 @@ class MLP(nn.Module):
     def __call__(self, x):
         x = jnp.asarray(x, self.dtype)  # as seed 000 does: cast the input to the compute dtype
         for name in ("dense1", "dense2"):
-            x = nn.relu(nn.Dense(self.width, dtype=self.dtype, param_dtype=self.param_dtype, name=name)(x))
-        return nn.Dense(N_CLASSES, dtype=self.dtype, param_dtype=self.param_dtype, name="out")(x)
+            x = nn.relu(_dense(self.width, self, name)(x))
+        return _dense(N_CLASSES, self, "out")(x)
 
 
 def _dense(features, module, name):

@@ -40,8 +40,6 @@ it, and the real ``jmp.all_finite`` / ``adjust`` / ``select_tree`` do the rest.
 
 from __future__ import annotations
 
-import os
-import platform
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +50,7 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from labkit.hardware import detect_cpu
 from labkit.train import jax_models, models
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
@@ -107,22 +106,12 @@ def describe_device(device) -> str:
     """E.g. "cpu (Intel(R) Xeon(R) ..., 2 cores, jax 0.10.2)" or "gpu (NVIDIA H100 ..., jax ...)"."""
     versions = f"jax {jax.__version__}"
     if device.platform == "cpu":
-        return f"cpu ({_cpu_name()}, {os.cpu_count()} cores, {versions})"
+        cpu = detect_cpu()
+        return f"cpu ({cpu.model}, {cpu.cores} cores, {versions})"
     kind = getattr(device, "device_kind", device.platform)
     cc = getattr(device, "compute_capability", None)
     extra = f", compute capability {cc}" if cc else ""
     return f"{device.platform} ({kind}{extra}, {versions})"
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def _compute_capability(device) -> tuple[int, ...]:

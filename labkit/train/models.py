@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.train.data import PIXEL_LEVELS
+from labkit.train.data import PIXEL_LEVELS, Dataset
 
 N_CLASSES = 10
 N_PIXELS = 64
@@ -125,8 +125,7 @@ def reference_logits(model: str, params: dict[str, np.ndarray], x: np.ndarray) -
         raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
     shape = transformer_shape(p["embed/embedding"].shape[1])
     heads, dh = shape.heads, shape.d_head
-    tokens = np.rint(x * (PIXEL_LEVELS - 1)).astype(int)
-    h = p["embed/embedding"][tokens] + p["pos/embedding"]
+    h = p["embed/embedding"][Dataset.tokens(x)] + p["pos/embedding"]
     i = 0
     while f"block{i}/ln1/scale" in p:
         b = f"block{i}"

@@ -201,8 +201,3 @@ def run_with_xla(config: RunConfig) -> RunResult:
     if not isinstance(config, RunConfig) or config.framework != "tf":
         raise ValueError("run_with_xla takes a RunConfig with framework='tf'")
     return train(config, functools.partial(tf_runner.make_stepper, jit_compile=True))
-
-
-# -- runs side by side ------------------------------------------------------------------------
-
-

@@ -44,12 +44,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import platform
-from pathlib import Path
 
 import numpy as np
 
-from labkit.hardware import tpu_from_environment
+from labkit.hardware import detect_cpu, tpu_from_environment
 from labkit.train import models as M
 from labkit.train import tf_models as TM
 from labkit.train.config import RunConfig
@@ -119,16 +117,6 @@ def find_tpu():
     return resolver, ""
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
-
-
 def _versions() -> str:
     return f"tensorflow {tf.__version__}, keras {keras.__version__}"
 
@@ -165,7 +153,7 @@ def _resolve_device(config: RunConfig, strategy):
         raise ValueError(f"device={config.device!r} asked for, but TensorFlow sees no GPU (tensorflow "
                          f"{tf.__version__}, built with CUDA: {tf.test.is_built_with_cuda()}). "
                          "Use device='auto' or 'cpu'.")
-    return "cpu", "/CPU:0", None, f"cpu ({_cpu_name()}, {_versions()})"
+    return "cpu", "/CPU:0", None, f"cpu ({detect_cpu().model}, {_versions()})"
 
 
 # -- the stepper ---------------------------------------------------------------------------

@@ -202,14 +202,3 @@ def compare_layer_norms(dtype: torch.dtype = torch.float16, scale: float = 300.0
             "seed's SafeLayerNorm": SeedSafeLayerNorm(width)(x),
         }
     return {k: float((v.double() - ref).abs().max()) for k, v in outs.items()}
-
-
-# -- the closing comparison -------------------------------------------------------------
-def _param_count(result) -> int:
-    from labkit.train import models
-
-    return models.count_params(models.init_params(result.config.model, width=result.config.width))
-
-
-
-

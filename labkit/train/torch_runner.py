@@ -38,12 +38,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import math
-import platform
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from labkit.hardware import detect_cpu
 from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
@@ -120,24 +120,10 @@ def _xla_model():
     return xm
 
 
-def _cpu_name_and_flags() -> tuple[str, set[str]]:
-    name, flags = platform.processor() or platform.machine(), set()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    name = value.strip()
-                elif key.strip() in ("flags", "Features") and not flags:
-                    flags = set(value.split())
-    return name, flags
-
-
 def describe_cpu() -> str:
-    name, flags = _cpu_name_and_flags()
-    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16", "bf16"})
-    fp16 = sorted(flags & {"avx512_fp16", "amx_fp16", "fp16", "asimdhp"})
-    return (f"cpu ({name}, {torch.get_num_threads()} threads, native bf16: {', '.join(bf16) or 'no'}, "
+    cpu = detect_cpu()
+    bf16, fp16 = sorted(cpu.bf16_instructions), sorted(cpu.fp16_instructions)
+    return (f"cpu ({cpu.model}, {torch.get_num_threads()} threads, native bf16: {', '.join(bf16) or 'no'}, "
             f"native fp16: {', '.join(fp16) or 'no'}; torch {torch.__version__}; TF32 is a GPU format: "
             "tf32 runs as fp32 here)")
 

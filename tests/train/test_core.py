@@ -45,7 +45,10 @@ def test_bad_configs_are_refused_with_the_allowed_values(changes, exc, match):
 def test_config_round_trips_through_a_dict():
     cfg = RunConfig("jax", "fp16", model="transformer", steps=7, inject_overflow=[1, 3], clip_norm=None)
     assert RunConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    assert cfg.replace(precision="bf16", inject_overflow=()).precision == "bf16"
+    assert cfg.replace(precision="bf16", inject_overflow=()) == RunConfig(
+        "jax", "bf16", model="transformer", steps=7, clip_norm=None)  # the other fields kept
+    with pytest.raises(ValueError, match="needs precision='fp16'"):
+        cfg.replace(precision="bf16")  # checked again: bf16 has no scaler to skip steps
     with pytest.raises(ValueError, match="unknown RunConfig fields"):
         RunConfig.from_dict({**cfg.to_dict(), "colour": "red"})
 
@@ -88,10 +91,11 @@ def test_params_are_seeded_float32_and_shaped_fan_in_fan_out():
     p = M.init_params("mlp", seed=1, width=32)
     q = M.init_params("mlp", seed=1, width=32)
     assert all(np.array_equal(p[k], q[k]) and p[k].dtype == np.float32 for k in p)
+    assert not np.array_equal(p["dense1/kernel"], M.init_params("mlp", seed=2, width=32)["dense1/kernel"])
     assert p["dense1/kernel"].shape == (64, 32) and p["out/kernel"].shape == (32, 10)
     t = M.init_params("transformer", seed=0)
     assert t["embed/embedding"].shape == (17, 64) and t["block1/mlp/fc1/kernel"].shape == (64, 256)
-    assert M.count_params(t) == sum(v.size for v in t.values())
+    assert M.count_params(p) == (64 * 32 + 32) + (32 * 32 + 32) + (32 * 10 + 10)
 
 
 def test_reference_forward_is_permutation_invariant_over_batches_and_sane():

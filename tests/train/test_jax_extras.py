@@ -188,6 +188,3 @@ def test_xla_cpu_runs_a_bfloat16_dot_as_a_float32_dot_between_converts():
     a = jnp.ones((16, 16), jnp.bfloat16)
     s = hlo_summary(jax.jit(jnp.dot).lower(a, a).compile().as_text())
     assert s.dots == {"f32 x f32 -> f32": 1} and s.converts == {"bf16->f32": 2, "f32->bf16": 1}
-
-
-# -- runs side by side --------------------------------------------------------------------------------

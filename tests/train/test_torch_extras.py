@@ -116,11 +116,10 @@ def test_a_real_gradscaler_run_matches_the_torch_scaling_preset():
     assert [not s for s in res.skipped] == trace.applied.tolist()
 
 
-@pytest.mark.parametrize("module", ["labkit.train.torch_models", "labkit.train.torch_runner",
-                                    "labkit.train.torch_extras"])
+@pytest.mark.parametrize("module", ["labkit.train.torch_models", "labkit.train.torch_extras"])
 def test_the_docstring_examples_run(module):
     import doctest
     import importlib
 
     result = doctest.testmod(importlib.import_module(module))
-    assert result.failed == 0
+    assert result.attempted > 0 and result.failed == 0
