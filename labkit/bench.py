@@ -57,10 +57,11 @@ def train_flops(model: str, batch_size: int, width: int | None = None) -> int:
     >>> train_flops("mlp", 1, 32) == 3 * 2 * (64 * 32 + 32 * 32 + 32 * 10)
     True
     """
-    from labkit.train.models import DEFAULT_WIDTH, N_CLASSES, N_PIXELS, transformer_shape
+    from labkit.train.models import DEFAULT_WIDTH as MODEL_WIDTH
+    from labkit.train.models import N_CLASSES, N_PIXELS, transformer_shape
 
     if model == "mlp":
-        w = width or DEFAULT_WIDTH["mlp"]
+        w = width or MODEL_WIDTH["mlp"]  # the model's default width, not this module's DEFAULT_WIDTH
         macs = N_PIXELS * w + w * w + w * N_CLASSES
     elif model == "transformer":
         s = transformer_shape(width)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from labkit.formats.table import Table
-from labkit.memory_plots import measured, total_bytes
+from labkit.memory_plots import Breakdown, measured, total_bytes
 
 METRICS = ("speedup", "memory_ratio", "activation_ratio", "gradient_ratio", "double_batch_ratio", "accuracy_drop")
 
@@ -201,32 +201,43 @@ def _mem(rec: dict) -> dict:
     return rec.get("memory") or {}
 
 
+def _measured(rec: dict) -> Breakdown:
+    return measured(rec["framework"], _mem(rec))
+
+
+def _step_ratio(base: dict, rec: dict) -> tuple[float | None, str]:
+    """rec's measured bytes of a whole step over base's (None when either is unknown), and
+    where rec's figure comes from, or why it is unknown (`total_bytes`)."""
+    a, why = total_bytes(rec["framework"], _mem(rec))
+    b, _ = total_bytes(base["framework"], _mem(base))
+    return (a / b if a is not None and b else None), why
+
+
 def _states(b) -> int:
     return sum(b.parts[k] or 0 for k in ("weights", "master_weights", "gradients", "optimizer_states"))
 
 
 def _memory(base: dict, rec: dict) -> Verdict:
-    a, why = total_bytes(rec["framework"], _mem(rec))
-    b, _ = total_bytes(base["framework"], _mem(base))
-    if a is None or not b:
+    ratio, why = _step_ratio(base, rec)
+    if ratio is None:
         return _not_measured(why)
-    mb, mr = measured(base["framework"], _mem(base)), measured(rec["framework"], _mem(rec))
+    mb, mr = _measured(base), _measured(rec)
     rest = [k for k in ("weight_copies", "activations", "step_temporaries") if mb.parts[k] or mr.parts[k]]
     parts = [f"model states {_states(mr) / _states(mb):.2f}x"]
     for k in rest:
         x, y = mr.parts[k] or 0, mb.parts[k] or 0
         parts.append(f"{k.replace('_', ' ')} {x / y:.2f}x" if y else f"+{x / 1e6:.2f} MB {k.replace('_', ' ')}")
-    return _ratio_verdict(a / b, ", ".join(parts))
+    return _ratio_verdict(ratio, ", ".join(parts))
 
 
 def _activations(base: dict, rec: dict) -> Verdict:
-    def act(r):
-        m = measured(r["framework"], _mem(r))
+    def act(m):
         return m.parts["activations"] if m.parts["activations"] is not None else m.parts["step_temporaries"]
 
-    a, b = act(rec), act(base)
+    mr, mb = _measured(rec), _measured(base)
+    a, b = act(mr), act(mb)
     if a is None or not b:
-        return _not_measured(measured(rec["framework"], _mem(rec)).note)
+        return _not_measured(mr.note)
     if rec["framework"] == "jax" and _device_kind(rec) == "cpu":
         why = "XLA:CPU's temporaries hold f32 copies of the 16-bit operands"
     else:
@@ -235,7 +246,7 @@ def _activations(base: dict, rec: dict) -> Verdict:
 
 
 def _gradients(base: dict, rec: dict) -> Verdict:
-    mr, mb = measured(rec["framework"], _mem(rec)), measured(base["framework"], _mem(base))
+    mr, mb = _measured(rec), _measured(base)
     a, b = mr.parts["gradients"], mb.parts["gradients"]
     if a is None or not b:
         return _not_measurable_gradients(rec)
@@ -252,13 +263,12 @@ def _not_measurable_gradients(rec: dict) -> Verdict:
 
 
 def _double_batch(base: dict, rec: dict) -> Verdict:
-    a, why = total_bytes(rec["framework"], _mem(rec))
-    b, _ = total_bytes(base["framework"], _mem(base))
-    if a is None or not b:
+    ratio, why = _step_ratio(base, rec)
+    if ratio is None:
         return _not_measured(why)
-    mr, mb = measured(rec["framework"], _mem(rec)), measured(base["framework"], _mem(base))
+    mr, mb = _measured(rec), _measured(base)
     why = f"model states {_states(mr) / _states(mb):.2f}x: they do not shrink in {rec['precision']}"
-    return _ratio_verdict(a / b, why, limit=1.0, unit=f"fp32's bytes at batch {base['batch_size']}")
+    return _ratio_verdict(ratio, why, limit=1.0, unit=f"fp32's bytes at batch {base['batch_size']}")
 
 
 def _accuracy(base: dict, rec: dict) -> Verdict:
@@ -301,8 +311,6 @@ def verdict(claim, records) -> Verdict:
 def _value(claim: Claim, v: float | None) -> str:
     if v is None:
         return "-"
-    if claim.metric == "speedup":
-        return f"{v:.2f}x"
     if claim.metric == "accuracy_drop":
         return f"{100 * v:+.1f} pt"
     return f"{v:.2f}x"

@@ -37,7 +37,7 @@ def add_doctor(subparsers) -> None:
         "doctor", help="what hardware is here and which precision to train in",
         description="Print the CPU, GPUs and TPUs, what each framework sees and will use, the "
                     "versions, and the precision labkit advises for this machine.")
-    p.add_argument("--frameworks", type=_frameworks, default=("torch", "jax", "tensorflow"),
+    p.add_argument("--frameworks", type=_frameworks, default=labkit.hardware.FRAMEWORKS,
                    metavar="LIST", help="comma-separated frameworks to probe, from torch, jax, "
                                         "tensorflow (or tf); 'none' probes none (default: all)")
     p.add_argument("--json", action="store_true", help="print the report and advice as JSON")

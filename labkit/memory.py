@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import numbers
 
-PRECISIONS = ("fp32", "mixed", "autocast", "bf16-pure")
-OPTIMIZERS = ("sgd", "momentum", "adam")
 _STATES_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2}
 # bytes per parameter: (weights, master weights, gradients, one optimizer state)
 _LAYOUT = {"fp32": (4, 0, 4, 4), "mixed": (2, 4, 2, 4), "autocast": (4, 0, 4, 4), "bf16-pure": (2, 0, 2, 2)}
+PRECISIONS = tuple(_LAYOUT)  # ("fp32", "mixed", "autocast", "bf16-pure")
+OPTIMIZERS = tuple(_STATES_PER_PARAM)  # ("sgd", "momentum", "adam")
 
 
 def _check(precision: str, optimizer: str) -> None:

@@ -33,7 +33,7 @@ def test_default_shapes_are_aligned_and_odd_sizes_are_not():
     assert bench.shape_of("mlp", "aligned", None, None) == (512, 2048)
     assert bench.shape_of("mlp", "odd", None, None) == (511, 2047)
     b, w = bench.shape_of("transformer", "odd", None, None)
-    assert (w // 4) % 2 == 1  # an odd head dimension
+    assert (b, w) == (511, 252) and (w // 4) % 2 == 1  # an odd head dimension
 
 
 def test_torch_cells_run_for_real_and_report_speedup_and_activations():

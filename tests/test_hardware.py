@@ -311,8 +311,10 @@ def test_seed_004_comparison_marks_each_row_against_advise():
 
 
 def test_every_example_has_advice_and_the_colab_runtimes_table_matches_it():
-    for name in hardware.EXAMPLES:
-        assert advise(example_report(name)).precision in hardware.PRECISIONS
+    expected = {"cpu": "fp32", "cpu-avx512-bf16": "bf16", "cpu-amx": "bf16", "apple-m2": "fp32", "tpu": "bf16"}
+    for model, cc in hardware.KNOWN_GPUS.items():  # the rule: 8.0 and newer bf16, 7.x fp16, older fp32
+        expected[model] = "bf16" if cc >= (8, 0) else "fp16" if cc >= (7, 0) else "fp32"
+    assert {name: advise(example_report(name)).precision for name in hardware.EXAMPLES} == expected
     assert example_report("rtx3090") == example_report("RTX 3090")
     table = hardware.advice_table(["cpu", "T4", "A100", "tpu"])
     assert table.column("train in") == ["fp32", "fp16 + loss scaling", "bf16", "bf16"]

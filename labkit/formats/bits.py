@@ -230,7 +230,7 @@ def _key_decode(fmt, key):
 def ulp(fmt, x):
     """Spacing of `fmt` at round(x): 2^(max(e, emin) - M); NaN where round(x) is inf/NaN."""
     _, x64, scalar = _values(x)
-    y = np.abs(np.asarray(decode(fmt, np.asarray(encode(fmt, x64), np.uint64))))
+    y = np.abs(np.asarray(fmt.round(x64)))
     finite = np.isfinite(y)
     k = np.frexp(np.where(finite & (y > 0), y, fmt.smallest_normal))[1] - 1
     out = np.ldexp(1.0, np.maximum(k, fmt.emin) - fmt.mantissa_bits)
@@ -240,7 +240,7 @@ def ulp(fmt, x):
 def rel_error(fmt, x):
     """|round(x) - x| / |x| (0 where x == 0; inf where x overflows to inf)."""
     _, x64, scalar = _values(x)
-    y = np.asarray(decode(fmt, np.asarray(encode(fmt, x64), np.uint64)))
+    y = np.asarray(fmt.round(x64))
     with np.errstate(invalid="ignore", divide="ignore"):
         err = np.abs(y - x64) / np.abs(x64)
     err = np.where(x64 == 0, 0.0, err)

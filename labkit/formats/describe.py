@@ -18,6 +18,7 @@ from decimal import Decimal
 
 import numpy as np
 
+from labkit.formats import bits as _bits
 from labkit.formats.spec import FORMATS, FloatFormat, get
 
 FLAGS = ("overflow", "underflow", "subnormal", "rounded", "exact", "nan", "inf")
@@ -90,9 +91,9 @@ def represent(x, fmt: str | FloatFormat) -> Representation:
     except (TypeError, ValueError) as exc:
         raise TypeError(f"represent() takes one real number, got {type(x).__name__}") from exc
     bits = f.encode(x)
-    sign, exponent, mantissa = f.fields(x)
+    sign, exponent, mantissa = _bits.split(f, bits)
     value = f.decode(bits)
-    kind = f.classify(x)
+    kind = _bits.classify_bits(f, bits)
     flags = []
     if math.isnan(x):
         flags.append("nan")
@@ -106,8 +107,7 @@ def represent(x, fmt: str | FloatFormat) -> Representation:
         if kind == "subnormal":
             flags.append("subnormal")
         flags.append("exact" if value == x else "rounded")
-    with np.errstate(invalid="ignore"):
-        abs_error = abs(value - x) if math.isfinite(x) else math.nan
+    abs_error = abs(value - x) if math.isfinite(x) else math.nan
     return Representation(
         format=f.name,
         input=x,

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit.formats import bits as _bits
 from labkit.formats.spec import FloatFormat, get
 
 _MAX_VALUES = 10_000_000
@@ -256,7 +257,7 @@ def representable_values(fmt: str | FloatFormat, lo: float, hi: float, limit: in
     last = hi if f.round(hi) == hi else f.next_down(hi)
     if first > last:
         return np.empty(0)
-    k0, k1 = _order_key(f, first), _order_key(f, last)
+    k0, k1 = (int(_bits._key(f, np.asarray(f.encode(v)))) for v in (first, last))
     count = k1 - k0 + 1
     if count > limit:
         raise ValueError(
@@ -264,16 +265,7 @@ def representable_values(fmt: str | FloatFormat, lo: float, hi: float, limit: in
             "narrow the window or raise `limit`"
         )
     keys = np.arange(k0, k1 + 1, dtype=np.int64)
-    signbit = 1 << (f.bits - 1)
-    patterns = np.where(keys < 0, signbit | -keys, keys).astype(np.uint64)
-    return np.asarray(f.decode(patterns), np.float64)
-
-
-def _order_key(f: FloatFormat, value: float) -> int:
-    """An integer that orders values like numbers: +pattern for x >= 0, -|pattern| below."""
-    bits = int(f.encode(value))
-    magnitude = bits & ((1 << (f.bits - 1)) - 1)
-    return -magnitude if value < 0 else magnitude
+    return np.asarray(f.decode(_bits._unkey(f, keys)), np.float64)
 
 
 def _window(lo, hi) -> tuple[float, float]:

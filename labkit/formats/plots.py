@@ -28,8 +28,8 @@ from matplotlib.patches import Patch, Rectangle
 
 from labkit.formats.describe import represent
 from labkit.formats.numerics import Accumulation, binade_counts, representable_values
-from labkit.formats.spec import FORMATS, get
-from labkit.formats.summary import bit_fields, decode_formula, error_summary, short_decimal
+from labkit.formats.spec import get
+from labkit.formats.summary import bit_fields, decode_formula, error_summary, format_names, short_decimal
 
 FIELD_COLORS = {"sign": "#E45756", "exponent": "#54A24B", "mantissa": "#4C78A8"}
 FORMAT_COLORS = {
@@ -46,17 +46,6 @@ def pale(color: str, amount: float = 0.25) -> str:
     """`color` mixed with white: `amount` of the colour, the rest white (a '0' bit)."""
     r, g, b = (amount * c + (1 - amount) for c in to_rgb(color))
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
-
-
-def _names(names) -> list[str]:
-    if names is None:
-        return list(FORMATS)
-    if isinstance(names, str):
-        names = [names]
-    out = [get(n).name for n in names]
-    if not out:
-        raise ValueError(f"give at least one format name; valid names are {', '.join(FORMATS)}")
-    return out
 
 
 def _finish(fig):
@@ -80,7 +69,7 @@ def plot_bit_layout(x, names=None, *, title: str | None = None):
     start at the same left edge, so fields of equal width line up (bf16 over fp32).
     """
     x = _real(x, "x")
-    names = _names(names)
+    names = format_names(names)
     reps = [represent(x, n) for n in names]
     widest = max(get(n).bits for n in names)
     row_h, cell_h = 3.6, 1.0
@@ -152,7 +141,7 @@ def plot_number_line(names=None, lo=None, hi=None):
     normal range, halving binade by binade through the subnormals. Negative values
     mirror the positive ones.
     """
-    names = _names(names)
+    names = format_names(names)
     lo, hi = _log_window(names, lo, hi)
     with plt.rc_context(_STYLE):
         fig, (top, bottom) = plt.subplots(
@@ -222,7 +211,7 @@ def plot_values(names=None, lo: float = 0.0, hi: float = 4.0, *, limit: int = 50
     (pale ticks) are evenly spaced down to 0. Raises ValueError when a format has more
     than `limit` values in the window (fp32 between 0 and 1 has about a billion).
     """
-    names = _names(names)
+    names = format_names(names)
     lo, hi = _real(lo, "lo"), _real(hi, "hi")
     values = {n: representable_values(n, lo, hi, limit=limit) for n in names}
     with plt.rc_context(_STYLE):
@@ -265,7 +254,7 @@ def worst_rel_error(fmt, x) -> np.ndarray:
 
 def plot_rounding_error(names=None, lo=None, hi=None, *, n: int = 3000):
     """Worst relative rounding error against |x|: flat at eps/2, rising in the subnormals."""
-    names = _names(names)
+    names = format_names(names)
     lo, hi = _log_window(names, lo, hi)
     x = np.geomspace(lo, hi, n)
     with plt.rc_context(_STYLE):

@@ -35,14 +35,15 @@ from labkit.formats.spec import FORMATS, get
 from labkit.formats.table import Table, loss_scaling_need
 
 
-def _names(names) -> list[str]:
+def format_names(names) -> list[str]:
+    """Canonical names of `names`: one name, several, or None for every format (in FORMATS)."""
     if names is None:
         return list(FORMATS)
     if isinstance(names, str):
         return [get(names).name]
     names = [get(n).name for n in names]
     if not names:
-        raise ValueError("give at least one format name")
+        raise ValueError(f"give at least one format name; valid names are {', '.join(FORMATS)}")
     return names
 
 
@@ -54,7 +55,7 @@ def dynamic_range(fmt) -> tuple[float, float]:
 
 def feature_table(names=("fp32", "fp16", "bf16")) -> Table:
     """Seed 000's comparison table (features as rows, formats as columns), computed."""
-    fmts = [get(n) for n in _names(names)]
+    fmts = [get(n) for n in format_names(names)]
     def row(label, cell):
         return (label, *(cell(f) for f in fmts))
     def decades(f):
@@ -86,7 +87,7 @@ def precision_comparison(names=("fp32", "fp16", "bf16")) -> dict[str, dict[str, 
     '9.18e-41'
     """
     out = {}
-    for name in _names(names):
+    for name in format_names(names):
         f = get(name)
         out[f.name.upper()] = {
             "bits": f.bits,

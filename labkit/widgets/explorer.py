@@ -40,8 +40,8 @@ import math
 import ipywidgets as widgets
 
 from labkit.formats.plots import FIELD_COLORS, FORMAT_COLORS, pale
-from labkit.formats.spec import FORMATS, get
-from labkit.formats.summary import bit_fields
+from labkit.formats.spec import get
+from labkit.formats.summary import bit_fields, format_names
 from labkit.widgets.explorer_view import ExplorerView, FormatRow, explorer_view, flip_bit
 
 SLIDER_RANGE = (-46.0, 39.0)  # log10 |x|: fp32's smallest subnormal (1.4e-45) to past its max
@@ -152,9 +152,7 @@ class FormatExplorer(widgets.VBox):
     """
 
     def __init__(self, value="0.1", names=None, pattern_format: str = "fp16"):
-        names = [get(n).name for n in (names if names is not None else FORMATS)]
-        if not names:
-            raise ValueError(f"give at least one format; valid names are {', '.join(FORMATS)}")
+        names = format_names(names)
         pattern_name = get(pattern_format).name
         self._quiet = False
         self._synced = None  # the |x| the slider was last moved to from the text box

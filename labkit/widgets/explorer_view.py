@@ -27,9 +27,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from labkit.formats.bits import split
 from labkit.formats.describe import Representation, represent
-from labkit.formats.spec import FORMATS, FloatFormat, get
-from labkit.formats.summary import bit_fields, decode_formula, error_summary
+from labkit.formats.spec import FloatFormat, get
+from labkit.formats.summary import bit_fields, decode_formula, error_summary, format_names
 from labkit.widgets.parse import Entry, parse_entry
 
 
@@ -125,9 +126,7 @@ def _check_index(fmt, index) -> int:
 
 def explorer_view(entry, pattern_format: str | FloatFormat = "fp16", names=None) -> ExplorerView:
     """The explorer's view of `entry`: text (see `labkit.widgets.parse`) or a real number."""
-    fmts = [get(n) for n in (names if names is not None else FORMATS)]
-    if not fmts:
-        raise ValueError(f"give at least one format; valid names are {', '.join(FORMATS)}")
+    fmts = [get(n) for n in format_names(names)]
     pattern_fmt = get(pattern_format)
     if isinstance(entry, str):
         try:
@@ -160,7 +159,7 @@ def _row(e: Entry, f: FloatFormat) -> FormatRow:
     r = represent(e.value, f)
     source = e.is_pattern and e.format == f.name
     if source and e.bits != r.bits:  # a NaN payload: keep the very pattern given
-        sign, exp, man = _split(f, e.bits)
+        sign, exp, man = split(f, e.bits)
         r = replace(r, bits=e.bits, bitstring=f.to_bitstring(e.bits), sign=sign, exponent=exp, mantissa=man)
     pattern = format(r.bits, f"0{f.bits}b")
     cells = tuple(Bit(f.bits - 1 - i, int(b), field) for i, (b, field) in enumerate(zip(pattern, bit_fields(f))))
@@ -170,11 +169,6 @@ def _row(e: Entry, f: FloatFormat) -> FormatRow:
         formula=decode_formula(r), prev_text=_num(r.prev), next_text=_num(r.next),
         error_text=error_summary(r), note=_note(r, f, source), is_source=source,
     )
-
-
-def _split(f: FloatFormat, bits: int) -> tuple[int, int, int]:
-    m = f.mantissa_bits
-    return bits >> (f.bits - 1), (bits >> m) & ((1 << f.exponent_bits) - 1), bits & ((1 << m) - 1)
 
 
 def _num(v: float) -> str:

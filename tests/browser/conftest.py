@@ -167,3 +167,13 @@ def screenshot(page, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=False)
     return path
+
+
+def drag(page, handle, dx: float) -> None:
+    """Drag a slider's `handle` (a locator) `dx` pixels to the right, as a mouse would."""
+    box = handle.bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] / 2, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + dx, y, steps=8)
+    page.mouse.up()

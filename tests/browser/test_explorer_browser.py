@@ -2,7 +2,7 @@
 
 import re
 
-from conftest import screenshot
+from conftest import drag, screenshot
 
 
 def text(page, selector: str) -> str:
@@ -67,12 +67,7 @@ def test_explorer_reacts_to_typing_dragging_and_clicking(open_notebook):
 
     # Dragging the slider changes the value shown.
     before = text(page, ".labkit-value-fp32")
-    handle = page.locator(".labkit-explorer-slider .noUi-handle").first
-    box = handle.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.down()
-    page.mouse.move(box["x"] + 140, box["y"] + box["height"] / 2, steps=8)
-    page.mouse.up()
+    drag(page, page.locator(".labkit-explorer-slider .noUi-handle").first, 140)
     page.wait_for_function(
         "(old) => document.querySelector('.labkit-value-fp32').innerText.trim() !== old", arg=before
     )

@@ -1,6 +1,6 @@
 """The loss-scaling widgets of notebook 03, driven in a real JupyterLab by a real browser."""
 
-from conftest import screenshot
+from conftest import drag, screenshot
 
 from labkit.scaling import playground
 
@@ -73,12 +73,7 @@ def test_loss_scale_slider_moves_the_histogram(open_notebook):
     table = explorer.locator(".labkit-lossscale-table")
     before = table.inner_text()
     src_before = explorer.locator(".labkit-lossscale-figure").get_attribute("src")
-    handle = explorer.locator(".labkit-lossscale-slider .noUi-handle")
-    box = handle.bounding_box()
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-    page.mouse.down()
-    page.mouse.move(box["x"] + 160, box["y"] + box["height"] / 2, steps=8)
-    page.mouse.up()
+    drag(page, explorer.locator(".labkit-lossscale-slider .noUi-handle"), 160)
     page.wait_for_function(
         "(old) => document.querySelector('.labkit-lossscale-table').innerText !== old", arg=before
     )

@@ -209,8 +209,9 @@ def test_scalars_in_python_types_out_arrays_in_arrays_out():
     fp16 = lf.get("fp16")
     assert type(fp16.encode(1.0)) is int and type(fp16.round(1.0)) is float
     assert type(fp16.decode(0x3C00)) is float
+    assert (fp16.encode(1.0), fp16.round(0.1), fp16.decode(0x3C00)) == (0x3C00, 0.0999755859375, 1.0)
     out = fp16.encode(np.ones((2, 3)))
-    assert out.shape == (2, 3) and out.dtype == np.uint16
+    assert out.shape == (2, 3) and out.dtype == np.uint16 and np.all(out == 0x3C00)
 
 
 @pytest.mark.parametrize("bad", ["0.1", b"1", True, None, {"a": 1}, np.array(["x"]), 1 + 2j])

@@ -1,7 +1,5 @@
 """The explorer's state -> view step: every string the widget shows, computed and checked."""
 
-import math
-
 import numpy as np
 import pytest
 
@@ -185,4 +183,4 @@ def test_view_is_a_value():
     assert isinstance(v, ExplorerView) and v == explorer_view("1")
     with pytest.raises(AttributeError):
         v.ok = False
-    assert math.isfinite(v.entry.value)
+    assert v.entry.value == 1.0 and not v.entry.is_pattern
