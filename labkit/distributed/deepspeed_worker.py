@@ -41,6 +41,7 @@ from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.loop import StepOut, train
 from labkit.train.torch_models import build
+from labkit.train.torch_runner import batch_tensors
 from labkit.distributed.torch_worker import DistStepper, _name, _profile, _with_inf, exit_after, rank_main, where
 
 
@@ -72,11 +73,8 @@ class DeepSpeedStepper(DistStepper):
                        f"{dist.get_backend()}; each on {where(device)}")
         self._start_records()
 
-    def _inputs(self, x: np.ndarray, y: np.ndarray):
-        xb, yb = super()._inputs(x, y)
-        if xb.is_floating_point():  # the engine's model is in bf16/fp16: so must its inputs be
-            xb = xb.to(self.param_dtype)
-        return xb, yb
+    def _inputs(self, x: np.ndarray, y: np.ndarray):  # the engine's model is in bf16/fp16: so must its inputs be
+        return batch_tensors(self.config, x, y, self.torch_device, self.param_dtype)
 
     def _finiteness_hooks(self, seen: list) -> list:
         """Tensor hooks that note whether each gradient this rank produced is finite -- before

@@ -55,10 +55,10 @@ import torch.nn.functional as F
 
 from labkit.train import models
 from labkit.train.config import RunConfig
-from labkit.train.data import Dataset
 from labkit.train.loop import StepOut, train
 from labkit.train.torch_models import build
-from labkit.train.torch_runner import COMPUTE_DTYPES, describe_cpu, matmul_precision
+from labkit.train.torch_runner import (COMPUTE_DTYPES, batch_tensors, describe_cpu, make_optimizer, make_scaler,
+                                      matmul_precision)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 DTYPE_NAMES = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
@@ -121,21 +121,12 @@ class DistStepper:
             for layer in layers(model):
                 fully_shard(layer, mp_policy=policy)
             self.model = fully_shard(model, mp_policy=policy)
-        params = list(self.model.parameters())
-        if config.optimizer == "adam":
-            fused = config.parallel == "dp" and device.type in ("cpu", "cuda")
-            self.optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=0.0, fused=fused)
-        else:
-            self.optimizer = torch.optim.SGD(params, lr=config.lr)
-        self.scaler = None
-        if config.precision == "fp16":
-            kwargs = {} if config.init_scale is None else {"init_scale": float(config.init_scale)}
-            if config.parallel == "fsdp":
-                from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-                self.scaler = ShardedGradScaler(device.type, **kwargs)
-            else:
-                self.scaler = torch.amp.GradScaler(device.type, **kwargs)
+        fused = config.parallel == "dp" and device.type in ("cpu", "cuda")  # DTensor shards: no fused Adam
+        self.optimizer = make_optimizer(config, self.model.parameters(), fused=fused)
+        scaler_class = None
+        if config.parallel == "fsdp":
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler as scaler_class
+        self.scaler = make_scaler(config, device.type, scaler_class)
         engine = "DDP" if config.parallel == "dp" else "FSDP2 fully_shard"
         self.device = f"{world} processes, {engine}, {dist.get_backend()}; each on {where(device)}"
         self._start_records()
@@ -152,13 +143,8 @@ class DistStepper:
 
     # -- pieces ---------------------------------------------------------------------------
     def _inputs(self, x: np.ndarray, y: np.ndarray):
-        if self.config.model == "transformer":
-            xb = torch.from_numpy(Dataset.tokens(x)).long()
-        else:
-            xb = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-            if self.config.precision == "bf16-pure":
-                xb = xb.to(torch.bfloat16)
-        return xb.to(self.torch_device), torch.from_numpy(np.asarray(y)).long().to(self.torch_device)
+        pure = self.config.precision == "bf16-pure"
+        return batch_tensors(self.config, x, y, self.torch_device, torch.bfloat16 if pure else None)
 
     def _loss(self, xb, yb):
         ctx = (torch.amp.autocast(self.torch_device.type, dtype=self.compute_dtype) if self.autocast

@@ -282,6 +282,8 @@ def _inject_inf(grads, inject):
 
 def make_stepper(config: RunConfig, data: Dataset) -> JaxStepper:
     """Build the JAX stepper for `config`; raises ValueError before any work if it cannot run."""
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"make_stepper takes a RunConfig, got {type(config).__name__}")
     if config.framework != "jax":
         raise ValueError(f"the JAX runner runs framework='jax' configs, got framework={config.framework!r}")
     return JaxStepper(config, data)

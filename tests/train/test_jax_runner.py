@@ -200,6 +200,8 @@ def test_an_absent_accelerator_is_refused_before_any_work(tmp_path, device, back
 def test_make_stepper_refuses_a_config_for_another_framework(digits):
     with pytest.raises(ValueError, match="framework='jax'"):
         jax_runner.make_stepper(RunConfig("torch", "bf16"), digits)
+    with pytest.raises(TypeError, match="make_stepper takes a RunConfig, got dict"):
+        jax_runner.make_stepper({"framework": "jax"}, digits)
 
 
 def test_a_divergence_stops_the_run_and_names_the_first_nonfinite_parameter():
