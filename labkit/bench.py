@@ -215,3 +215,81 @@ def plot(records: list[dict], path: str | None = None):
         fig.savefig(path)
     plt.close(fig)
     return fig
+
+
+# -- the hardware's ceiling: one big matmul per framework ----------------------------------------
+MATMUL_FRAMEWORKS = ("torch", "jax", "tf")
+
+
+def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "bfloat16"),
+              repeats: int = 5, number: int = 5) -> dict[tuple[str, str], float]:
+    """Milliseconds of one (n, n) @ (n, n) matmul, per (framework, dtype): the best of `repeats`
+    timings of `number` calls each, after a warm-up call (compilation, kernel selection).
+
+    Each framework runs on its default device (PyTorch: CUDA if present) with its *default*
+    settings -- so on an NVIDIA GPU JAX and TensorFlow compute float32 in TF32 and PyTorch does
+    not. Every call waits for its result. The operands are the same numbers in every framework.
+    """
+    import timeit
+
+    import numpy as np
+
+    for name, value in (("n", n), ("repeats", repeats), ("number", number)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    frameworks = _split(frameworks, MATMUL_FRAMEWORKS, "framework")
+    dtypes = _split(dtypes, ("float32", "bfloat16", "float16"), "dtype")
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    out = {}
+    for framework in frameworks:
+        for dtype in dtypes:
+            call = _matmul_call(framework, a, dtype)
+            call()
+            out[framework, dtype] = 1e3 * min(timeit.repeat(call, number=number, repeat=repeats)) / number
+    return out
+
+
+def _matmul_call(framework: str, a, dtype: str) -> Callable[[], object]:
+    """A no-argument call that multiplies `a` by itself in `framework` and `dtype` and waits."""
+    if framework == "torch":
+        import torch
+
+        gpu = torch.cuda.is_available()
+        t = torch.from_numpy(a).to("cuda" if gpu else "cpu", getattr(torch, dtype))
+        return lambda: (t @ t, torch.cuda.synchronize() if gpu else None)
+    if framework == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        j, matmul = jnp.asarray(a, dtype), jax.jit(jnp.matmul)
+        return lambda: matmul(j, j).block_until_ready()
+    from labkit.train.tf_models import import_tensorflow
+
+    tf, _ = import_tensorflow()
+    f = tf.constant(a, dtype)
+    return lambda: tf.linalg.matmul(f, f)[0, 0].numpy()
+
+
+def matmul_table(ms: dict[tuple[str, str], float], n: int) -> Table:
+    """`matmul_ms`'s figures per framework: ms and GFLOP/s (2 n^3 flops) for each dtype, and each
+    dtype's speed-up over the framework's own float32; the title says how the fastest run of each
+    dtype, in any framework, compare -- what the hardware gives, whichever library gets it."""
+    if not isinstance(ms, dict) or not ms:
+        raise ValueError("matmul_table takes the dict matmul_ms returns")
+    dtypes = list(dict.fromkeys(d for _, d in ms))
+    rows = []
+    for fw in dict.fromkeys(f for f, _ in ms):
+        row = [fw]
+        for d in dtypes:
+            t = ms.get((fw, d))
+            row += ["-", "-"] if t is None else [f"{t:.2f}", f"{2 * n**3 / t / 1e6:.0f}"]
+        base = ms.get((fw, "float32"))
+        row += [f"{base / ms[fw, d]:.1f}x" if base and (fw, d) in ms else "-" for d in dtypes if d != "float32"]
+        rows.append(tuple(row))
+    cols = ["framework"] + [c for d in dtypes for c in (f"{d} ms", f"{d} GFLOP/s")]
+    cols += [f"{d} speed-up" for d in dtypes if d != "float32"]
+    fastest = {d: min(t for (_, dd), t in ms.items() if dd == d) for d in dtypes}
+    title = f"{n} x {n} matmul"
+    if "float32" in fastest and "bfloat16" in fastest:
+        title += f"; fastest float32 / fastest bfloat16, any framework: {fastest['float32'] / fastest['bfloat16']:.1f}x"
+    return Table(tuple(cols), tuple(rows), title)

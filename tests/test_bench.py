@@ -118,3 +118,30 @@ def test_train_flops_match_torch_flop_counter(model, width, batch):
 def test_mfu_is_reported_only_for_known_chips():
     assert bench.peak_tflops("cuda:0 (NVIDIA H200, compute capability 9.0)") == 989.4
     assert bench.peak_tflops("cpu (AMD EPYC)") is None
+
+
+# -- one big matmul per framework --------------------------------------------------------------
+def test_matmul_ms_times_every_framework_and_dtype_for_real():
+    ms = bench.matmul_ms(n=64, repeats=1, number=1)
+    assert set(ms) == {(f, d) for f in ("torch", "jax", "tf") for d in ("float32", "bfloat16")}
+    assert all(0 < t < 10_000 for t in ms.values())
+
+
+def test_matmul_table_reads_flops_speedups_and_the_fastest_of_any_framework():
+    ms = {("torch", "float32"): 4.0, ("torch", "bfloat16"): 1.0, ("jax", "float32"): 2.0, ("jax", "bfloat16"): 4.0}
+    t = bench.matmul_table(ms, n=100)  # 2e6 flops
+    assert t.column("framework") == ["torch", "jax"]
+    assert t.column("float32 GFLOP/s") == ["0", "1"] and t.column("bfloat16 ms") == ["1.00", "4.00"]
+    assert t.column("bfloat16 speed-up") == ["4.0x", "0.5x"]
+    assert "fastest float32 / fastest bfloat16, any framework: 2.0x" in str(t)
+
+
+def test_matmul_bad_input_names_what_is_allowed():
+    with pytest.raises(ValueError, match="choose from torch, jax, tf"):
+        bench.matmul_ms(frameworks=("mxnet",))
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+        bench.matmul_ms(dtypes=("int8",))
+    with pytest.raises(ValueError, match="n must be a whole number"):
+        bench.matmul_ms(n=0)
+    with pytest.raises(ValueError, match="dict matmul_ms returns"):
+        bench.matmul_table({}, n=8)
