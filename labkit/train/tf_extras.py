@@ -168,32 +168,17 @@ def moved_fraction(config: RunConfig, steps: int = 3, names=None) -> dict[str, f
 
 
 def matmul_ms(n: int = 1024, dtypes=("float32", "bfloat16", "float16"), repeats: int = 5) -> dict[str, float]:
-    """Median milliseconds of one (n, n) @ (n, n) matmul in each dtype on TensorFlow's default
-    device (TF32 off, so float32 means float32), after one warm-up call.
+    """Milliseconds of one (n, n) @ (n, n) matmul in each dtype on TensorFlow's default device,
+    with TF32 off (so float32 means float32): `labkit.bench.matmul_ms` for TensorFlow alone.
 
     The plainest measure of whether the hardware has arithmetic for a format: on an x86 CPU
     without AVX512-FP16, float16 is converted to float32 and is no faster than float32.
     """
-    import time
+    from labkit import bench
 
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a whole number >= 1, got {n!r}")
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-        raise ValueError(f"repeats must be a whole number >= 1, got {repeats!r}")
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
-    out = {}
     with tf_runner.framework_state(tf32=False, deterministic=False):
-        for dtype in dtypes:
-            x, y = tf.cast(a, dtype), tf.cast(b, dtype)
-            tf.linalg.matmul(x, y).numpy()  # warm-up: kernel selection, first-call notices
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                tf.linalg.matmul(x, y).numpy()  # .numpy() waits for the result
-                times.append(time.perf_counter() - start)
-            out[tf.as_dtype(dtype).name] = 1e3 * float(np.median(times))
-    return out
+        ms = bench.matmul_ms(n, ("tf",), dtypes, repeats=repeats, number=1)
+    return {dtype: t for (_, dtype), t in ms.items()}
 
 
 def run_with_xla(config: RunConfig) -> RunResult:

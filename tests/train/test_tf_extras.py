@@ -99,3 +99,14 @@ def test_run_with_xla_is_a_real_run():
 def test_the_docstring_examples_run():
     result = doctest.testmod(E)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_matmul_ms_times_each_dtype_with_tf32_off_and_restores_it():
+    import tensorflow as tf
+
+    before = tf.config.experimental.tensor_float_32_execution_enabled()
+    ms = E.matmul_ms(n=64, repeats=2)
+    assert list(ms) == ["float32", "bfloat16", "float16"] and all(t > 0 for t in ms.values())
+    assert tf.config.experimental.tensor_float_32_execution_enabled() == before
+    with pytest.raises(ValueError, match="n must be a whole number"):
+        E.matmul_ms(n=0)
