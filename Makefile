@@ -15,14 +15,23 @@ STAMP  := $(VENV)/.labkit-installed
 # Jupyter refuses to run as root unless told; containers and CI often are root.
 ROOT_OK := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 
-.PHONY: lab test install unit nbval notebooks bench doctor clean
+.PHONY: lab test install unit nbval portable notebooks bench doctor clean
 
 lab: install  ## install everything, open JupyterLab on notebooks/ (localhost, token on)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_OK)
 
-test: install  ## install everything, run the unit tests and nbval over every notebook
-	$(BIN)/python -m pytest tests
-	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+# The portable-truth check runs on one core, beside the unit tests and nbval (which use every
+# core); its log is printed when they are done, and any of the three failing fails the target.
+PORTABLE_LOG := .portable-check.log
+
+test: install  ## install everything: unit tests, nbval over every notebook, and the portable-truth check beside them
+	@$(BIN)/python scripts/portable_check.py > $(PORTABLE_LOG) 2>&1 & portable=$$!; \
+	$(BIN)/python -m pytest tests; unit=$$?; \
+	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider; \
+	nbval=$$?; wait $$portable; check=$$?; \
+	echo "== the portable-truth check, run beside them (scripts/portable_check.py):"; cat $(PORTABLE_LOG); \
+	echo "== unit tests: exit $$unit; nbval: exit $$nbval; portable-truth check: exit $$check"; \
+	test $$unit = 0 && test $$nbval = 0 && test $$check = 0
 
 install: $(STAMP)
 
@@ -37,6 +46,9 @@ unit: install  ## unit tests only
 
 nbval: install  ## notebooks only
 	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+
+portable: install  ## nbval again, as a CPU without AVX-512/bf16 and with one thread would run it
+	$(BIN)/python scripts/portable_check.py
 
 notebooks: install  ## re-execute every notebook top to bottom and store its outputs
 	$(BIN)/python scripts/execute_notebooks.py notebooks/*.ipynb

@@ -16,7 +16,7 @@ import importlib
 
 from labkit import formats, hardware, memory
 
-_LAZY = ("bench", "claims", "memory_plots", "scaling", "train", "widgets")  # heavier, or need the rest
+_LAZY = ("bench", "checks", "claims", "evidence", "memory_plots", "scaling", "train", "widgets")  # heavier, or need the rest
 
 
 def __getattr__(name):

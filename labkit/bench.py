@@ -1,12 +1,18 @@
 """`labkit bench`: step time, throughput and activation memory per framework x precision x model.
 
-Every cell is a real `labkit.train.run` on synthetic data of the course's shapes:
+Every cell trains the course's real model (the runner's own stepper: model, optimizer, loss
+scaler) on synthetic data of the course's shapes, within a time budget (``max_seconds``):
 
     for each framework, model, shape:
         for each precision (fp32 first, the baseline):
-            run warmup + steps optimizer steps          (compilation lands in the warm-up)
-            step_time = median of the timed steps       (each synchronised with the device)
-            speedup   = fp32 step_time / step_time      (same framework, model, shape, run)
+            if this device only emulates the precision:        (labkit.hardware.native_precision)
+                time it and fp32 at a small size (SMALL)      -> "emulated here: N x slower than fp32"
+                go on to the full size only if it fits the budget
+            warm-up steps                                     (compilation lands here)
+            timed steps, adaptively                           (torch.utils.benchmark for PyTorch,
+                                                               the same stopping rule for JAX and TF)
+            step_time = median of the timed steps             (each synchronised with the device)
+            speedup   = fp32 step_time / step_time            (same framework, model, shape, run)
 
 Activation bytes are *measured* where the framework can tell (PyTorch: the bytes autograd
 saves for backward; JAX: the compiled step's temporary buffers) and *modelled* from the layer
@@ -16,9 +22,10 @@ Shapes default to multiples of 64 -- what tensor cores and AVX-512/AMX tiles wan
 ``odd_sizes=True`` adds the same cells at odd sizes (batch - 1, width - 1 or -4) to show
 what misaligned shapes cost. A combination that cannot run here is a record with
 ``status="skipped"`` and the reason, never a crash: bf16 on a GPU without it, a device
-that is not here, a framework that is not installed. (fp16 on a CPU with no fp16 units
-does run, and is timed: with TensorFlow 2.21 on an AVX512-BF16 CPU it measured 0.66x
-fp32's speed on the MLP, not the orders of magnitude older guides warn of.)
+that is not here, a framework that is not installed, a cell whose first step alone spends
+its budget. No cell waits minutes for an emulated precision: PyTorch's generic bf16 kernel
+(a CPU without bf16 instructions) took 20 s for one MLP step at batch 512 and width 2048 on
+the AVX2-capped Xeon this was written on, where fp32 took 0.15 s.
 
 >>> cells(["torch"], ["fp32", "bf16"], ["mlp"])[:2]
 [('torch', 'mlp', 'aligned', 'fp32'), ('torch', 'mlp', 'aligned', 'bf16')]
@@ -26,12 +33,16 @@ fp32's speed on the MLP, not the orders of magnitude older guides warn of.)
 
 from __future__ import annotations
 
+import importlib
 import math
+import time
 from typing import Callable
+
+import numpy as np
 
 from labkit import memory
 from labkit.formats.table import Table
-from labkit.train import FRAMEWORKS, MODELS, PRECISIONS, RunConfig, RunFailed, run
+from labkit.train import FRAMEWORKS, MODELS, PRECISIONS, RunConfig
 
 DEFAULT_WIDTH = {"mlp": 2048, "transformer": 256}
 DEFAULT_BATCH = 512
@@ -106,87 +117,248 @@ def shape_of(model: str, shape: str, batch_size: int | None, width: int | None) 
     return b, w
 
 
+SMALL = {"mlp": (64, 256), "transformer": (8, 64)}
+"""(batch, width) at which an emulated precision is timed, next to fp32 at the same size."""
+MIN_STEPS = 3  # timed steps a measurement needs, at the least
+
+
 def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *, batch_size: int | None = None,
-          width: int | None = None, warmup: int = 5, steps: int = 20, device: str = "auto",
-          odd_sizes: bool = False, on_cell: Callable[[dict], None] | None = None) -> list[dict]:
-    """Run every cell and return one record per cell (see the module docstring)."""
-    for name, value, low in (("warmup", warmup, 0), ("steps", steps, 1)):
+          width: int | None = None, warmup: int = 2, steps: int | None = None, device: str = "auto",
+          odd_sizes: bool = False, max_seconds: float = 20.0, on_cell: Callable[[dict], None] | None = None,
+          ) -> list[dict]:
+    """Run every cell and return one record per cell (see the module docstring).
+
+    Each cell gets ``max_seconds`` in all (building the model, `warmup` untimed steps, timing).
+    With ``steps=None`` the timing is adaptive: PyTorch's ``torch.utils.benchmark.Timer``
+    (``adaptive_autorange``) for torch, the same rule in labkit's own loop for JAX and
+    TensorFlow -- until the step times agree (interquartile range under 10% of the median) or
+    the budget is spent; ``steps=N`` times exactly N steps instead.
+
+    A precision this device does not run natively (`labkit.hardware.native_precision`: bf16 on a
+    CPU without bf16 instructions, every 16-bit dot in XLA:CPU) is first timed at a small size
+    (`SMALL`) next to fp32 at that size. If the full size would not fit the budget, the record
+    has status ``"emulated"`` and says how many times slower than fp32 it is; if even the small
+    size does not fit, it is ``"skipped"`` with that reason.
+    """
+    for name, value, low in (("warmup", warmup, 0), ("steps", 1 if steps is None else steps, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
+        raise ValueError(f"max_seconds must be a number of seconds > 0, got {max_seconds!r}")
     plan = cells(frameworks, precisions, models, odd_sizes)
-    records, baseline = [], {}
+    records, baseline, small_fp32 = [], {}, {}
     for framework, model, shape, precision in plan:
         b, w = shape_of(model, shape, batch_size, width)
         rec = dict(framework=framework, precision=precision, model=model, shape=shape, batch_size=b, width=w,
-                   warmup=warmup, steps=steps, activation_bytes_model=memory.activation_bytes(model, b, precision, w))
-        reason, result = None, None
-        cfg = RunConfig(framework, precision, model=model, dataset="synthetic", steps=warmup + steps,
-                        batch_size=b, width=w, device=device, progress=False, seed=0)
+                   warmup=warmup, steps=steps, max_seconds=max_seconds,
+                   activation_bytes_model=memory.activation_bytes(model, b, precision, w))
+        cell = _Cell(framework, model, precision, device, warmup, steps, deadline=time.perf_counter() + max_seconds)
         try:
-            result = run(cfg)
-        except (ValueError, ImportError) as exc:  # cannot run here: say why
-            reason = str(exc)
-        except RunFailed as exc:
-            result = exc.result
-        if result is None:
-            rec.update(status="skipped", reason=reason)
-        else:
-            rec.update(_measure(result, framework, b, warmup))
+            rec.update(cell.measure(b, w, baseline.get((framework, model, shape)), small_fp32))
+        except _Skip as exc:
+            rec.update(status="skipped", reason=str(exc))
+        rec["seconds"] = round(cell.elapsed(), 3)
+        if rec["status"] == "ok":
             rec["flops_per_step"] = train_flops(model, b, w)
-            rec["achieved_tflops"] = rec["flops_per_step"] / rec["step_time_s"] / 1e12 if rec["step_time_s"] > 0 else None
+            rec["achieved_tflops"] = rec["flops_per_step"] / rec["step_time_s"] / 1e12
             peak = peak_tflops(rec["device"])
-            rec["mfu"] = rec["achieved_tflops"] / peak if peak and rec["achieved_tflops"] else None
-            if precision == "fp32" and result.status == "ok":
+            rec["mfu"] = rec["achieved_tflops"] / peak if peak else None
+            if precision == "fp32":
                 baseline[(framework, model, shape)] = rec["step_time_s"]
             base = baseline.get((framework, model, shape))
-            rec["speedup_vs_fp32"] = base / rec["step_time_s"] if base and rec["step_time_s"] > 0 else None
+            rec["speedup_vs_fp32"] = base / rec["step_time_s"] if base else None
         records.append(rec)
         if on_cell:
             on_cell(rec)
     return records
 
 
-def _measure(result, framework: str, batch_size: int, warmup: int) -> dict:
-    step = result.median_step_time(skip_first=warmup)
+class _Skip(Exception):
+    """A cell that cannot be measured here; the message says why."""
+
+
+class _Cell:
+    """Times one framework x model x precision within a deadline."""
+
+    def __init__(self, framework, model, precision, device, warmup, steps, deadline):
+        self.framework, self.model, self.precision, self.device = framework, model, precision, device
+        self.warmup, self.steps, self.deadline = warmup, steps, deadline
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def stepper(self, precision, batch, width):
+        """(stepper, step): ``step()`` runs one optimizer step on the next batch and keeps its
+        StepOut in ``step.last``."""
+        from labkit.train import _RUNNERS
+        from labkit.train.data import batches, load
+
+        cfg = RunConfig(self.framework, precision, model=self.model, dataset="synthetic", steps=1, batch_size=batch,
+                        width=width, device=self.device, progress=False, seed=0)
+        try:
+            runner = importlib.import_module(_RUNNERS[self.framework])
+            data = load("synthetic", seed=0)
+            stepper = runner.make_stepper(cfg, data)
+        except (ValueError, ImportError) as exc:  # cannot run here: say why
+            raise _Skip(str(exc)) from None
+        feed = batches(data, batch, seed=0)
+
+        def step():
+            step.last = stepper.step(*next(feed), False)
+
+        return stepper, step
+
+    def measure(self, batch, width, fp32_step, small_fp32) -> dict:
+        stepper, step = self.stepper(self.precision, batch, width)
+        native, why = True, ""
+        if stepper.device.startswith("cpu"):
+            from labkit import hardware
+
+            native, why = hardware.native_precision(self.framework, self.precision,
+                                                    hardware.HardwareReport(hardware.detect_cpu()))
+        out = {"device": stepper.device, "native": native}
+        small_b, small_w = SMALL[self.model]
+        if not native and (batch, width) != (small_b, small_w):
+            probe = self.probe(small_b, small_w, small_fp32)
+            out.update(probe, emulated_why=why)
+            flops = train_flops(self.model, batch, width) / train_flops(self.model, small_b, small_w)
+            # scaled by FLOPs; emulated kernels also slow down per FLOP as matrices outgrow the caches
+            # (torch's bf16 on AVX2: 13 ms at batch 64 x 256 wide, 20 s at 512 x 2048, not 5), hence x4
+            predicted = probe["small_step_time_s"] * flops
+            if 4 * predicted * (self.warmup + MIN_STEPS) > self.left():
+                slower = probe["emulated_slowdown"]
+                return dict(out, status="emulated", step_time_s=None, speedup_vs_fp32=1 / slower,
+                            reason=f"emulated here: {slower:.0f}x slower than fp32 at batch {small_b}, width "
+                                   f"{small_w} ({why}); the full size would need {predicted:.0f} s a step or more, "
+                                   f"past the {self.budget():.0f} s budget",
+                            activation_bytes=None, activation_source="not measured: timed at the small size only",
+                            memory={}, final_loss=None, samples_per_s=None)
+        out.update(self.time(stepper, step))
+        out["samples_per_s"] = batch / out["step_time_s"]
+        return out
+
+    def budget(self) -> float:
+        return self.deadline - self.start
+
+    def probe(self, batch, width, small_fp32) -> dict:
+        """fp32 and this precision at the small size (fp32 once per framework and model)."""
+        key = (self.framework, self.model)
+        if key not in small_fp32:
+            small_fp32[key] = self.time(*self.stepper("fp32", batch, width), steps=MIN_STEPS, warmup=1)["step_time_s"]
+        t = self.time(*self.stepper(self.precision, batch, width), steps=MIN_STEPS, warmup=1)["step_time_s"]
+        return {"small_batch_size": batch, "small_width": width, "small_step_time_s": t,
+                "small_fp32_step_time_s": small_fp32[key], "emulated_slowdown": t / small_fp32[key]}
+
+    def time(self, stepper, step, steps=None, warmup=None) -> dict:
+        """Warm up, then time: `steps` steps, or adaptively within the deadline."""
+        warmup = self.warmup if warmup is None else warmup
+        steps = self.steps if steps is None else steps
+        first = None
+        for _ in range(warmup):
+            t = self._timed(step)
+            first = t if first is None else first
+            if self.left() < 0:
+                raise _Skip(f"a warm-up step took {t:.1f} s, and the {self.budget():.0f} s budget of the cell is "
+                            "spent: raise max_seconds (--max-seconds), or use a smaller batch or width")
+        if steps is not None:
+            times, how = [self._timed(step) for _ in range(steps)], f"median of {steps} timed steps"
+        else:
+            last = first if first is not None else self._timed(step)
+            if self.framework == "torch" and last * 20 < self.left():
+                times, how = self._torch_timer(step)
+            else:
+                times, how = self._adaptive(step)
+        return {"status": "ok", "step_time_s": float(np.median(times)), "timed_steps": len(times), "timer": how,
+                "final_loss": step.last.loss, **_activations(self.framework, stepper.memory())}
+
+    @staticmethod
+    def _timed(step) -> float:
+        start = time.perf_counter()
+        step()
+        return time.perf_counter() - start
+
+    def _window(self) -> tuple[float, float]:
+        """(min_run_time, max_run_time): about 2 s of steps, within what is left of the budget."""
+        high = max(self.left() * 0.9, 0.0)
+        return min(2.0, high), high
+
+    def _torch_timer(self, step):
+        import torch
+        from torch.utils import benchmark
+
+        low, high = self._window()
+        timer = benchmark.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+        m = timer.adaptive_autorange(threshold=0.1, min_run_time=low, max_run_time=high)
+        per_run = [t / m.number_per_run for t in m.raw_times]
+        return per_run, f"torch.utils.benchmark adaptive_autorange ({len(per_run)} x {m.number_per_run} steps)"
+
+    def _adaptive(self, step):
+        """torch.utils.benchmark's stopping rule, one step at a time: once there are more than
+        MIN_STEPS steps and `low` seconds of them, stop when the interquartile range is under
+        10% of the median; stop anyway before `high`, keeping at least one step."""
+        low, high = self._window()
+        times = []
+        while True:
+            times.append(self._timed(step))
+            total = sum(times)
+            if len(times) > MIN_STEPS and total >= low:
+                q1, med, q3 = np.percentile(times, [25, 50, 75])
+                if (q3 - q1) < 0.1 * med:
+                    break
+            if total + times[-1] > high:
+                break
+        return times, f"labkit's adaptive loop ({len(times)} steps)"
+
+
+def _activations(framework: str, memory_dict: dict) -> dict:
     key, source = _MEASURED.get(framework, (None, None))
-    measured = result.memory.get(key) if key else None
-    return dict(
-        status=result.status,
-        device=result.device,
-        step_time_s=step,
-        samples_per_s=batch_size / step if step > 0 else math.nan,
-        final_loss=result.final_loss,
-        activation_bytes=measured,
-        activation_source=source if measured is not None else "not measurable here (see activation_bytes_model)",
-        memory=result.memory,
-    )
+    measured = memory_dict.get(key) if key else None
+    return {"memory": memory_dict, "activation_bytes": measured,
+            "activation_source": source if measured is not None else "not measurable here (see activation_bytes_model)"}
 
 
-def progress_line(rec: dict, index: int | None = None, total: int | None = None) -> str:
+def progress_line(rec: dict, index: int | None = None, total: int | None = None, left_s: float | None = None) -> str:
     head = f"[{index}/{total}] " if index else ""
     name = f"{rec['framework']:5} {rec['model']:11} {rec['precision']:9} b={rec['batch_size']} w={rec['width']}"
-    if rec["status"] == "skipped":
-        return f"{head}{name}  skipped: {rec['reason']}"
+    eta = f"  (about {_duration(left_s)} left)" if left_s else ""
+    if rec["status"] in ("skipped", "emulated"):
+        return f"{head}{name}  {rec['status']}: {rec['reason']}{eta}"
     speed = f"x{rec['speedup_vs_fp32']:.2f}" if rec.get("speedup_vs_fp32") else "  -  "
     mfu = f"  MFU {100 * rec['mfu']:.1f}%" if rec.get("mfu") else ""
     return (f"{head}{name}  {rec['step_time_s'] * 1e3:9.2f} ms/step  {speed}  "
-            f"{rec['achieved_tflops'] * 1e3:.1f} GFLOP/s{mfu}  {rec['status']}")
+            f"{rec['achieved_tflops'] * 1e3:.1f} GFLOP/s{mfu}  {rec['status']}{eta}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
 def table(records: list[dict]) -> Table:
-    """The records as a Table (one row per cell)."""
+    """The records as a Table (one row per cell). An emulated cell shows its slowdown against
+    fp32 at the small size it was timed at, in the "vs fp32" column."""
     rows = []
     for r in records:
+        act = f"({_mb(r['activation_bytes_model'])})"
         if r["status"] == "skipped":
             rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
-                         "skipped", "", "", "", "", _mb(r["activation_bytes_model"]), ""))
+                         "skipped", "", "", "", "", act, ""))
+            continue
+        if r["status"] == "emulated":
+            rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
+                         "emulated", "", "", f"1/{r['emulated_slowdown']:.0f} (at batch {r['small_batch_size']}, "
+                         f"width {r['small_width']})", "", act, ""))
             continue
         rows.append((
             r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]), r["status"],
             f"{r['step_time_s'] * 1e3:.2f}", f"{r['samples_per_s']:.0f}",
             f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-",
             f"{r['achieved_tflops'] * 1e3:.1f}" + (f" ({100 * r['mfu']:.0f}% MFU)" if r.get("mfu") else ""),
-            _mb(r["activation_bytes"]) if r["activation_bytes"] is not None else f"({_mb(r['activation_bytes_model'])})",
+            _mb(r["activation_bytes"]) if r["activation_bytes"] is not None else act,
             f"{r['final_loss']:.3f}",
         ))
     cols = ("framework", "model", "precision", "batch", "width", "status", "ms/step", "samples/s",
@@ -202,7 +374,7 @@ def plot(records: list[dict], path: str | None = None):
     """Bar chart of speed-up vs fp32 per cell; saved to `path` if given. Returns the Figure."""
     import matplotlib.pyplot as plt
 
-    done = [r for r in records if r["status"] != "skipped" and r.get("speedup_vs_fp32")]
+    done = [r for r in records if r["status"] == "ok" and r.get("speedup_vs_fp32")]
     fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(done) + 2), 3.2), dpi=90)
     labels = [f"{r['framework']}\n{r['model']}\n{r['precision']}" for r in done]
     ax.bar(range(len(done)), [r["speedup_vs_fp32"] for r in done], color="#4C78A8")
@@ -222,21 +394,25 @@ MATMUL_FRAMEWORKS = ("torch", "jax", "tf")
 
 
 def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "bfloat16"),
-              repeats: int = 5, number: int = 5) -> dict[tuple[str, str], float]:
+              repeats: int = 5, number: int = 5, max_seconds: float | None = None) -> dict[tuple[str, str], float]:
     """Milliseconds of one (n, n) @ (n, n) matmul, per (framework, dtype): the best of `repeats`
     timings of `number` calls each, after a warm-up call (compilation, kernel selection).
 
     Each framework runs on its default device (PyTorch: CUDA if present) with its *default*
     settings -- so on an NVIDIA GPU JAX and TensorFlow compute float32 in TF32 and PyTorch does
     not. Every call waits for its result. The operands are the same numbers in every framework.
+
+    ``max_seconds`` bounds the timing of each (framework, dtype) after its warm-up call: a slow
+    call (an emulated dtype) is then timed fewer times, down to once.
     """
     import timeit
-
-    import numpy as np
 
     for name, value in (("n", n), ("repeats", repeats), ("number", number)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
+                                    or not max_seconds > 0):
+        raise ValueError(f"max_seconds must be a number of seconds > 0 or None, got {max_seconds!r}")
     frameworks = _split(frameworks, MATMUL_FRAMEWORKS, "framework")
     dtypes = _split(dtypes, ("float32", "bfloat16", "float16"), "dtype")
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
@@ -244,9 +420,47 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
     for framework in frameworks:
         for dtype in dtypes:
             call = _matmul_call(framework, a, dtype)
-            call()
-            out[framework, dtype] = 1e3 * min(timeit.repeat(call, number=number, repeat=repeats)) / number
+            first = min(timeit.repeat(call, number=1, repeat=1))  # the warm-up, timed to size the rest
+            k, r = number, repeats
+            if max_seconds is not None and first * k * r > max_seconds:
+                k, r = 1, max(1, min(repeats, int(max_seconds / max(first, 1e-9))))
+            out[framework, dtype] = 1e3 * min(timeit.repeat(call, number=k, repeat=r)) / k
     return out
+
+
+def emulation_table(frameworks=MATMUL_FRAMEWORKS, dtypes=("bfloat16", "float16"), n: int = 256,
+                    max_seconds: float = 5.0, ms: dict | None = None) -> Table:
+    """Native or emulated, here: for each framework and 16-bit dtype, what `labkit.hardware`
+    says about this machine (`native_precision`) and one (n, n) matmul's time against float32 in
+    the same framework. An emulated dtype computes the right numbers, converted to and from
+    fp32 or through a slow generic kernel: no faster than fp32, often many times slower.
+
+    ``ms`` takes timings measured elsewhere ({(framework, dtype): ms}, as `matmul_ms` returns
+    them, n x n, float32 included); without it the matmuls are timed here."""
+    from labkit import hardware
+
+    frameworks = _split(frameworks, MATMUL_FRAMEWORKS, "framework")
+    dtypes = _split(dtypes, ("bfloat16", "float16"), "dtype")
+    if ms is None:
+        ms = matmul_ms(n, frameworks, ("float32", *dtypes), repeats=3, number=3, max_seconds=max_seconds)
+    missing = [(f, d) for f in frameworks for d in ("float32", *dtypes) if (f, d) not in ms]
+    if missing:
+        raise ValueError(f"ms lacks {', '.join(f'{f} {d}' for f, d in missing)}: time float32 and each 16-bit dtype")
+    short = {"bfloat16": "bf16", "float16": "fp16"}
+    rows = []
+    for fw in frameworks:
+        for d in dtypes:
+            native = hardware.native_precision(fw, short[d])
+            rows.append((fw, d, "native" if native.native else "emulated", native.why,
+                         f"{ms[fw, 'float32']:.3f}", f"{ms[fw, d]:.3f}", _versus(ms[fw, "float32"], ms[fw, d])))
+    return Table(("framework", "dtype", "here", "why", "float32 ms", "16-bit ms", "against float32"),
+                 tuple(rows), f"{n} x {n} matmul: native or emulated on this machine")
+
+
+def _versus(base: float, t: float) -> str:
+    """"3.1x faster" / "2.0x slower" / "as fast" for a time t against a baseline time."""
+    r = base / t
+    return "as fast" if 0.95 <= r <= 1.05 else f"{r:.1f}x faster" if r > 1 else f"{1 / r:.1f}x slower"
 
 
 def _matmul_call(framework: str, a, dtype: str) -> Callable[[], object]:

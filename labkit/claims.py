@@ -165,23 +165,35 @@ def _pairs(claim: Claim, records) -> list[tuple[dict, dict]]:
 
 
 # -- verdicts ---------------------------------------------------------------------------------
-_SLOW_WHY = {  # (framework, precision, device kind) -> why 16 bits is not faster there
-    ("jax", "bf16", "cpu"): "XLA:CPU runs 16-bit dots as f32 dots between converts",
-    ("jax", "bf16-pure", "cpu"): "XLA:CPU runs 16-bit dots as f32 dots between converts",
-    ("jax", "fp16", "cpu"): "XLA:CPU runs 16-bit dots as f32 dots between converts",
-    ("torch", "fp16", "cpu"): "no fp16 arithmetic on this CPU",
-    ("tf", "fp16", "cpu"): "no fp16 arithmetic on this CPU",
-}
 _PARTIAL_WHY = "only the matmuls speed up; element-wise work, casts and the optimizer step do not"
-_SLOWER_WHY = "the casts and the element-wise work cost more than the matmuls save"
+
+
+def _native(rec: dict):
+    """`labkit.hardware.native_precision` for the device a record was measured on: this machine's
+    CPU for a CPU record, the GPU named in the device text (its compute capability looked up) or
+    a TPU otherwise."""
+    from labkit import hardware
+
+    kind = _device_kind(rec)
+    if kind == "cpu":
+        report = hardware.HardwareReport(hardware.detect_cpu())
+    elif kind == "tpu":
+        report = hardware.HardwareReport(hardware.detect_cpu(), tpus=(hardware.TPUInfo(),))
+    else:
+        cc = hardware.capability_from_name(str(rec.get("device", "")))
+        if cc is None:
+            return hardware.Native(True, "a GPU of unknown compute capability")
+        gpu = hardware.GPUInfo(str(rec.get("device")), capability=cc)
+        report = hardware.HardwareReport(hardware.detect_cpu(), gpus=(gpu,))
+    return hardware.native_precision(rec["framework"], rec["precision"], report)
 
 
 def _speed(base: dict, rec: dict) -> Verdict:
     value = base["step_time_s"] / rec["step_time_s"]
     if round(value, 2) >= SPEEDUP_CLAIMED:  # judged as shown, to two decimals
         return Verdict(value, f"holds here: {value:.2f}x fp32", True)
-    why = _SLOW_WHY.get((rec["framework"], rec["precision"], _device_kind(rec)),
-                        _SLOWER_WHY if value < 1 else _PARTIAL_WHY)
+    native = _native(rec)
+    why = _PARTIAL_WHY if native.native and value >= 1.1 else _reading(value, native)
     how = "slower than fp32" if value < 1 else "short of 2x"
     return Verdict(value, f"does not hold here: {value:.2f}x fp32, {how} ({why})", False)
 
@@ -308,6 +320,49 @@ def verdict(claim, records) -> Verdict:
     return _RULES[claim.metric](base, rec)
 
 
+def speed_table(records) -> Table:
+    """What the measured step times say on this machine: each 16-bit record against fp32 in the
+    same framework, model and shape, and the reading that follows from whether this device runs
+    that precision natively (`labkit.hardware.native_precision`). Every word of it is computed
+    from the records and the hardware, so it reads right on a CPU with bf16 instructions, on one
+    without, and on a GPU."""
+    if records is None or isinstance(records, (str, bytes, dict)) or not all(isinstance(r, dict) for r in records):
+        raise TypeError("speed_table takes a list of records (labkit.bench.bench, or run_records(results))")
+    base = {_group(r): r for r in records if r["precision"] == "fp32" and r.get("status") == "ok"}
+    rows = []
+    for r in records:
+        if r["precision"] in ("fp32", "tf32") or r.get("status") not in ("ok", "emulated"):
+            continue
+        native = _native(r)
+        if r["status"] == "emulated":
+            measured = f"{r['emulated_slowdown']:.1f}x slower (batch {r['small_batch_size']}, width {r['small_width']})"
+            ratio = 1 / r["emulated_slowdown"]
+        elif _group(r) in base:
+            ratio = base[_group(r)]["step_time_s"] / r["step_time_s"]
+            measured = f"{ratio:.2f}x fp32's speed"
+        else:
+            continue
+        rows.append((r["framework"], r["model"], str(r["batch_size"]), r["precision"], measured,
+                     _reading(ratio, native)))
+    return Table(("framework", "model", "batch", "precision", "measured", "reading"), tuple(rows),
+                 "What the step times say on this machine")
+
+
+def _reading(ratio: float, native) -> str:
+    if not native.native:
+        if ratio >= 1.1:
+            return f"faster, although emulated ({native.why}): the fp32 it is measured against is slow"
+        return f"{'slower' if ratio < 0.9 else 'no faster'}: emulated ({native.why})"
+    if ratio >= 1.1:
+        return f"faster: {native.why}"
+    if ratio >= 0.9:
+        return "about as fast: native, but at this size the matmuls are too small a share of the step to gain"
+    if ratio >= 0.5:
+        return "slower: native, but the casts and the element-wise work cost more than the matmuls save"
+    return ("much slower, although native: a kernel on this path does not use the 16-bit units well here "
+            "(measure before you train this way)")
+
+
 def _value(claim: Claim, v: float | None) -> str:
     if v is None:
         return "-"
@@ -394,5 +449,5 @@ def _compact(claim: Claim, items: list[tuple[int, Verdict]]) -> str:
     return f"{text} {mark}{batches}"
 
 
-__all__ = ["CLAIMS", "METRICS", "Claim", "Verdict", "claims_table", "get", "run_records", "summary_table",
-           "verdict", "verdict_table"]
+__all__ = ["CLAIMS", "METRICS", "Claim", "Verdict", "claims_table", "get", "run_records", "speed_table",
+           "summary_table", "verdict", "verdict_table"]

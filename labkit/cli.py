@@ -67,10 +67,14 @@ def add_bench(subparsers) -> None:
 
     p = subparsers.add_parser(
         "bench", help="time each framework x precision x model on this machine",
-        description="Run real training steps for each framework x precision x model on synthetic data: "
-                    "warm-up steps, then the median of the timed steps, samples/s, the speed-up against fp32 "
-                    "in the same run, activation bytes (measured where the framework can tell, and modelled), "
-                    "final loss. A combination that cannot run here is reported as skipped, with the reason.")
+        description="Run real training steps for each framework x precision x model on synthetic data and time "
+                    "them adaptively within a budget per cell (torch.utils.benchmark for PyTorch): step time, "
+                    "samples/s, the speed-up against fp32 in the same run, activation bytes (measured where the "
+                    "framework can tell, and modelled), final loss. A precision this device only emulates is "
+                    "timed at a small size first and reported as 'emulated here: N x slower than fp32' when the "
+                    "full size would not fit the budget. A combination that cannot run here is reported as "
+                    "skipped, with the reason. One line per cell as it finishes; --json is rewritten after "
+                    "each cell, so a stopped bench keeps what it measured.")
     p.add_argument("--framework", default="torch", metavar="LIST", help="from torch, jax, tf (default: torch)")
     p.add_argument("--precision", default="fp32,bf16", metavar="LIST",
                    help="from fp32, tf32, fp16, bf16, bf16-pure (default: fp32,bf16); fp32 always runs first")
@@ -80,45 +84,61 @@ def add_bench(subparsers) -> None:
     p.add_argument("--width", type=int, default=None,
                    help=f"hidden width (default: mlp {bench.DEFAULT_WIDTH['mlp']}, "
                         f"transformer {bench.DEFAULT_WIDTH['transformer']})")
-    p.add_argument("--steps", type=int, default=20, help="timed steps per cell (default 20)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed warm-up steps per cell (default 5)")
+    p.add_argument("--max-seconds", type=float, default=20.0,
+                   help="time budget of each cell: building, warm-up and timing (default 20)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="time exactly this many steps per cell (default: adaptive, until the times agree)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed warm-up steps per cell (default 2)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, gpu, tpu (default auto)")
     p.add_argument("--odd-sizes", action="store_true",
                    help="also run each cell at odd sizes (batch-1, width-1) to see what misalignment costs")
-    p.add_argument("--json", metavar="FILE", help="write the records to FILE as a JSON list")
+    p.add_argument("--json", metavar="FILE", help="write a labkit evidence document (the records, this machine, "
+                                                  "the versions, the date) to FILE, after every cell")
     p.add_argument("--plot", metavar="FILE", help="save a bar chart of the speed-ups to FILE (png, svg, pdf)")
     p.set_defaults(func=run_bench)
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from labkit import bench
+    import time
+
+    from labkit import bench, evidence
 
     try:
         plan = bench.cells(args.framework, args.precision, args.model, args.odd_sizes)
     except ValueError as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2
-    done = []
+    done, start = [], time.perf_counter()
+    command = "labkit " + " ".join(args.argv)
+    where = evidence.describe_machine() if args.json else None
+
+    def save(complete: bool) -> None:
+        if args.json:
+            evidence.write(args.json, evidence.document("bench", done, command=command, complete=complete,
+                                                        machine=where))
 
     def on_cell(rec):
         done.append(rec)
-        print(bench.progress_line(rec, len(done), len(plan)), flush=True)
+        spent = time.perf_counter() - start
+        left = spent / len(done) * (len(plan) - len(done))
+        save(complete=False)  # before the line: whoever sees the line finds the row on disk
+        print(bench.progress_line(rec, len(done), len(plan), left), flush=True)
 
+    print(f"labkit bench: {len(plan)} cells, at most {args.max_seconds:g} s each", flush=True)
     try:
         records = bench.bench(args.framework, args.precision, args.model, batch_size=args.batch_size,
                               width=args.width, warmup=args.warmup, steps=args.steps, device=args.device,
-                              odd_sizes=args.odd_sizes, on_cell=on_cell)
+                              odd_sizes=args.odd_sizes, max_seconds=args.max_seconds, on_cell=on_cell)
     except ValueError as e:
         print(f"labkit bench: {e}", file=sys.stderr)
         return 2
+    save(complete=True)
     print()
     print(bench.table(records))
     devices = sorted({r["device"] for r in records if r.get("device")})
     for d in devices:
         print("device:", d)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(records, fh, indent=1, default=str)
+    print(f"{len(records)} cells in {time.perf_counter() - start:.0f} s")
     if args.plot:
         bench.plot(records, args.plot)
     return 0
@@ -140,7 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``labkit`` with ``argv`` (default: the command line); return the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
     return args.func(args)
 
 

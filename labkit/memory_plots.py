@@ -309,26 +309,31 @@ def _by_batch(records) -> tuple[dict, dict]:
     return base, cand
 
 
-def batch_figure(records, dpi: int = 80):
+def batch_figure(records, dpi: int = 80, speed: bool = True):
     """How batch size changes the picture: speed-up over fp32 (left) and memory relative to
     fp32 (right, measured points and modelled line) at each batch size, with seed 004's
-    claims (2-3x, 50%) drawn in. Returns the Figure."""
+    claims (2-3x, 50%) drawn in. ``speed=False`` draws the memory alone (for records whose
+    step times are not a measurement, such as one-step runs). Returns the Figure."""
     import matplotlib.pyplot as plt
 
     base, cand = _by_batch(records)
     first = next(iter(base.values()))
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi)
-    ax.axhspan(2, 3, color="#54A24B", alpha=0.15, label="seed 004: 2-3x")
-    ax.axhline(1, color="k", lw=0.8)
+    if speed:
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi)
+        ax.axhspan(2, 3, color="#54A24B", alpha=0.15, label="seed 004: 2-3x")
+        ax.axhline(1, color="k", lw=0.8)
+    else:
+        fig, bx = plt.subplots(1, 1, figsize=(4.8, 3.2), dpi=dpi)
     bx.axhline(0.5, color="#54A24B", lw=1.5, alpha=0.6, label="seed 004: 50% saved")
     bx.axhline(1, color="k", lw=0.8)
     for i, (prec, recs) in enumerate(sorted(cand.items())):
         bs = sorted(recs)
-        speed = [base[b]["step_time_s"] / recs[b]["step_time_s"] for b in bs]
-        ax.plot(bs, speed, "o-", color=f"C{i}", label=prec)
-        for b, s in zip(bs, speed):
-            ax.annotate(f"{s:.1f}x", (b, s), textcoords="offset points", xytext=(0, 5 if i % 2 == 0 else -11),
-                        ha="center", fontsize=7, color=f"C{i}")
+        if speed:
+            speeds = [base[b]["step_time_s"] / recs[b]["step_time_s"] for b in bs]
+            ax.plot(bs, speeds, "o-", color=f"C{i}", label=prec)
+            for b, s in zip(bs, speeds):
+                ax.annotate(f"{s:.1f}x", (b, s), textcoords="offset points", xytext=(0, 5 if i % 2 == 0 else -11),
+                            ha="center", fontsize=7, color=f"C{i}")
         ratio = [_ratio(first["framework"], recs[b], base[b]) for b in bs]
         pts = [(b, r) for b, r in zip(bs, ratio) if r is not None]
         if pts:
@@ -337,18 +342,19 @@ def batch_figure(records, dpi: int = 80):
                  / modelled(first["model"], b, "fp32", first["width"]).total for b in bs]
         bx.plot(bs, model, "--", color=f"C{i}", label=f"{prec} modelled")
     batches = sorted({b for recs in cand.values() for b in recs})
-    for a, where in ((ax, "lower right"), (bx, "lower left")):
+    for a, where in ((ax, "lower right"), (bx, "lower left")) if speed else ((bx, "lower left"),):
         a.set_xscale("log", base=2)
         a.set_xticks(batches, [str(b) for b in batches], fontsize=8)
         a.minorticks_off()
         a.set_xlabel("batch size")
         a.grid(alpha=0.3)
         a.legend(fontsize=7, frameon=False, loc=where)
-    ax.set_ylim(0, max(3.6, 1.1 * ax.get_ylim()[1]))
+    if speed:
+        ax.set_ylim(0, max(3.6, 1.1 * ax.get_ylim()[1]))
+        ax.set_ylabel("speed-up vs fp32")
+        ax.set_title(f"{first['framework']} {first['model']} (width {first['width']}): speed", fontsize=9)
     bx.set_ylim(0, 1.3)
-    ax.set_ylabel("speed-up vs fp32")
     bx.set_ylabel("memory / fp32's memory")
-    ax.set_title(f"{first['framework']} {first['model']} (width {first['width']}): speed", fontsize=9)
     bx.set_title("memory of one step (weights, gradients, Adam, activations)", fontsize=9)
     fig.tight_layout()
     plt.close(fig)

@@ -6,7 +6,10 @@
 # On Colab (GPU runtime): !git clone <this repository> && cd labkit && pip install -e ".[all]"
 # then !bash scripts/gpu_check.sh. Each cell is a real labkit.train.run; a combination the
 # GPU cannot run (bf16 before Ampere) is listed as skipped with the reason. JSON records
-# and bar charts land in ${OUT:-gpu_check}/.
+# and bar charts land in ${OUT:-gpu_check}/. Each JSON file is a labkit-evidence document
+# (the records, the GPU, driver, CUDA and library versions, the date; see
+# labkit/evidence/stored/README.md): copy mlp.json and transformer.json, renamed after the
+# device and date, into labkit/evidence/stored/ and the notebooks show them as stored evidence.
 set -euo pipefail
 out=${OUT:-gpu_check}
 mkdir -p "$out"

@@ -69,11 +69,92 @@ def test_a_device_that_is_not_here_is_a_skip_not_a_crash():
     assert "skipped" in bench.progress_line(rec) and "skipped" in str(bench.table([rec]))
 
 
-def test_bad_step_counts():
+def test_bad_step_counts_and_budgets():
     with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
         bench.bench("torch", "fp32", "mlp", steps=0)
     with pytest.raises(ValueError, match="warmup must be a whole number >= 0"):
         bench.bench("torch", "fp32", "mlp", warmup=-1)
+    for bad in (0, -1.0, float("inf"), "20", True):
+        with pytest.raises(ValueError, match="max_seconds must be a number of seconds > 0"):
+            bench.bench("torch", "fp32", "mlp", max_seconds=bad)
+
+
+# -- adaptive timing, budgets, emulated precisions ---------------------------------------------
+def test_adaptive_timing_uses_torch_benchmark_for_torch_and_labkit_s_loop_for_jax():
+    (torch_rec,) = bench.bench("torch", "fp32", "mlp", batch_size=32, width=32, max_seconds=5)
+    assert torch_rec["timer"].startswith("torch.utils.benchmark adaptive_autorange")
+    assert torch_rec["timed_steps"] >= 1 and torch_rec["step_time_s"] > 0
+    pytest.importorskip("jax")
+    (jax_rec,) = bench.bench("jax", "fp32", "mlp", batch_size=32, width=32, max_seconds=5)
+    assert jax_rec["timer"].startswith("labkit's adaptive loop") and jax_rec["timed_steps"] >= 1
+
+
+def test_fixed_steps_are_timed_one_by_one():
+    (rec,) = bench.bench("torch", "fp32", "mlp", batch_size=16, width=16, warmup=0, steps=3)
+    assert (rec["timer"], rec["timed_steps"]) == ("median of 3 timed steps", 3)
+
+
+def test_a_cell_whose_budget_is_gone_is_skipped_with_the_reason():
+    import torch  # noqa: F401  (imported: the budget is the cell's, not the import's)
+
+    (rec,) = bench.bench("torch", "fp32", "mlp", batch_size=64, width=256, max_seconds=1e-6)
+    assert rec["status"] == "skipped" and "budget" in rec["reason"] and "max_seconds" in rec["reason"]
+
+
+CAPPED = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def test_an_emulated_precision_is_timed_small_and_reported_as_so_many_times_slower():
+    """Under a capped instruction set (what a CPU without bf16 instructions is) bf16 is
+    emulated. With a budget far under what the full size needs (seconds of emulated steps even
+    on a CPU ten times this one's speed), the cell reports the small-size slowdown instead."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json, torch
+        from labkit import bench
+        print(json.dumps(bench.bench("torch", "bf16", "mlp", batch_size=512, width=2048, max_seconds=3.0,
+                                     warmup=1), default=str))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, **CAPPED})
+    assert out.returncode == 0, out.stderr[-2000:]
+    (bf16,) = json.loads(out.stdout)
+    assert bf16["native"] is False and bf16["status"] == "emulated"
+    assert (bf16["small_batch_size"], bf16["small_width"]) == bench.SMALL["mlp"]
+    assert bf16["emulated_slowdown"] == pytest.approx(bf16["small_step_time_s"] / bf16["small_fp32_step_time_s"])
+    assert bf16["reason"].startswith(f"emulated here: {bf16['emulated_slowdown']:.0f}x slower than fp32")
+    assert "caps the instruction set to avx2" in bf16["reason"]
+    assert bf16["step_time_s"] is None and bf16["memory"] == {}
+    (row,) = bench.table([bf16]).rows
+    assert row[5] == "emulated" and row[8].startswith("1/")
+
+
+def test_a_killed_bench_keeps_the_cells_it_finished(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    out_json = tmp_path / "b.json"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit.cli", "bench", "--precision", "fp32,bf16,bf16-pure",
+                             "--batch-size", "32", "--width", "32", "--json", str(out_json)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("[1/3]"):
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.wait(timeout=120)
+    doc = json.loads(out_json.read_text())
+    assert doc["complete"] is False and [r["precision"] for r in doc["records"]][:1] == ["fp32"]
+
+
+def test_the_time_left_reads_in_seconds_or_minutes():
+    assert bench._duration(42.4) == "42 s" and bench._duration(125) == "2 min 05 s"
 
 
 def test_cli_prints_a_line_per_cell_a_table_and_writes_json_and_plot(tmp_path, capsys):
@@ -84,8 +165,12 @@ def test_cli_prints_a_line_per_cell_a_table_and_writes_json_and_plot(tmp_path, c
     assert code == 0
     out = capsys.readouterr().out
     assert "[1/2] torch" in out and "[2/2] torch" in out and "ms/step" in out and "device: cpu" in out
-    records = json.loads(out_json.read_text())
+    doc = json.loads(out_json.read_text())
+    assert doc["format"] == "labkit-evidence" and doc["complete"] and doc["kind"] == "bench"
+    assert doc["command"].startswith("labkit bench --framework torch") and doc["machine"]["cpu"]
+    records = doc["records"]
     assert [r["precision"] for r in records] == ["fp32", "bf16"] and FIELDS <= set(records[0])
+    assert "left)" in out.splitlines()[1]  # the first cell's line estimates the time left
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -145,3 +230,33 @@ def test_matmul_bad_input_names_what_is_allowed():
         bench.matmul_ms(n=0)
     with pytest.raises(ValueError, match="dict matmul_ms returns"):
         bench.matmul_table({}, n=8)
+
+
+def test_emulation_table_says_native_or_emulated_as_the_hardware_does_and_times_each_matmul():
+    from labkit import hardware
+
+    t = bench.emulation_table(("torch",), n=32, max_seconds=1)
+    assert t.column("dtype") == ["bfloat16", "float16"]
+    assert t.column("here") == ["native" if hardware.native_precision("torch", p).native else "emulated"
+                                for p in ("bf16", "fp16")]
+    assert all(v == "as fast" or v.endswith(("x faster", "x slower")) for v in t.column("against float32"))
+
+
+def test_versus_reads_faster_slower_or_as_fast():
+    assert (bench._versus(1.0, 0.25), bench._versus(1.0, 3.0), bench._versus(1.0, 1.02)) == (
+        "4.0x faster", "3.0x slower", "as fast")
+
+
+def test_matmul_ms_times_a_slow_call_fewer_times_within_max_seconds():
+    with pytest.raises(ValueError, match="max_seconds must be a number of seconds > 0 or None"):
+        bench.matmul_ms(n=8, frameworks=("torch",), max_seconds=0)
+    ms = bench.matmul_ms(n=64, frameworks=("torch",), dtypes=("float32",), max_seconds=1e-9)
+    assert ms[("torch", "float32")] > 0  # timed once, however slow
+
+
+def test_emulation_table_reads_timings_given_to_it_and_names_what_is_missing():
+    ms = {("tf", "float32"): 2.0, ("tf", "bfloat16"): 1.0, ("tf", "float16"): 8.0}
+    t = bench.emulation_table(("tf",), n=64, ms=ms)
+    assert t.column("against float32") == ["2.0x faster", "4.0x slower"]
+    with pytest.raises(ValueError, match="ms lacks tf float16"):
+        bench.emulation_table(("tf",), ms={("tf", "float32"): 1.0, ("tf", "bfloat16"): 1.0})

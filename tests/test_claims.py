@@ -60,20 +60,26 @@ def test_unknown_claims_and_metrics_are_refused():
     (0.030, 0.020, 1.5, False, "does not hold here: 1.50x fp32, short of 2x (only the matmuls speed up"),
     (0.03992, 0.020, 1.996, True, "holds here: 2.00x fp32"),  # judged as shown
     (0.0398, 0.020, 1.99, False, "does not hold here: 1.99x fp32"),
-    (0.016, 0.020, 0.8, False, "does not hold here: 0.80x fp32, slower than fp32"),
+    (0.016, 0.020, 0.8, False, "does not hold here: 0.80x fp32, slower than fp32 (slower: native, but the casts"),
 ])
 def test_speed_verdict_follows_the_measured_ratio(fp32_s, bf16_s, value, holds, words):
-    v = verdict("speed", [rec("fp32", fp32_s), rec("bf16", bf16_s)])
+    a100 = "cuda:0 (NVIDIA A100-SXM4-40GB)"  # native bf16 whatever CPU runs the test
+    v = verdict("speed", [rec("fp32", fp32_s, device=a100), rec("bf16", bf16_s, device=a100)])
     assert v.value == pytest.approx(value) and v.holds is holds and v.text.startswith(words)
 
 
-def test_slow_16_bit_on_a_cpu_names_the_cause_and_on_a_gpu_does_not():
+def test_slow_16_bit_names_the_cause_the_hardware_gives():
+    from labkit import hardware
+
     jax = [dict(r, framework="jax") for r in (rec("fp32", 0.016), rec("bf16", 0.020))]
-    assert "XLA:CPU runs 16-bit dots as f32" in verdict("speed", jax).text
-    gpu = [dict(r, device="cuda:0 (NVIDIA H100)") for r in jax]
-    assert "XLA:CPU" not in verdict("speed", gpu).text
+    assert "emulated (XLA:CPU runs bf16 dots as fp32 dots between conversions)" in verdict("speed", jax).text
+    gpu = [dict(r, device="cuda:0 (NVIDIA H100 80GB HBM3)") for r in jax]
+    assert "XLA:CPU" not in verdict("speed", gpu).text and "slower: native" in verdict("speed", gpu).text
+    t4 = [dict(r, device="cuda:0 (Tesla T4)") for r in jax]
+    assert "has no bf16 Tensor Cores" in verdict("speed", t4).text
     fp16 = verdict("speed", [rec("fp32", 0.02), rec("fp16", 2.0)])
-    assert fp16.value == pytest.approx(0.01) and "no fp16 arithmetic on this CPU" in fp16.text
+    here = hardware.native_precision("torch", "fp16", hardware.HardwareReport(hardware.detect_cpu()))
+    assert fp16.value == pytest.approx(0.01) and claims._reading(0.01, here) in fp16.text
 
 
 def test_only_matching_finished_runs_are_compared():
@@ -234,3 +240,37 @@ def test_run_records_carry_accuracy_from_real_training_runs():
 
 def test_docstring_examples_run():
     assert doctest.testmod(claims).failed == 0
+
+
+# -- what the step times say on this machine ---------------------------------------------------
+def test_the_reading_follows_the_hardware_and_the_measurement():
+    from labkit.hardware import Native
+
+    native, emulated = Native(True, "the CPU's avx512_bf16 instructions"), Native(False, "bf16 is emulated")
+    assert claims._reading(3.1, native) == "faster: the CPU's avx512_bf16 instructions"
+    assert claims._reading(1.0, native).startswith("about as fast: native")
+    assert claims._reading(0.6, native).startswith("slower: native, but the casts")
+    assert claims._reading(0.02, native).startswith("much slower, although native")
+    assert claims._reading(0.02, emulated) == "slower: emulated (bf16 is emulated)"
+    assert claims._reading(1.0, emulated) == "no faster: emulated (bf16 is emulated)"
+    assert claims._reading(1.5, emulated).startswith("faster, although emulated")
+
+
+def test_speed_table_pairs_each_16_bit_record_with_its_fp32_and_asks_the_hardware():
+    from labkit import hardware
+
+    base = dict(model="mlp", shape="aligned", batch_size=512, width=1024, device="cpu (example)")
+    records = [dict(base, framework="torch", precision="fp32", status="ok", step_time_s=0.1),
+               dict(base, framework="torch", precision="bf16", status="ok", step_time_s=0.05),
+               dict(base, framework="torch", precision="fp16", status="emulated", emulated_slowdown=40.0,
+                    small_batch_size=64, small_width=256),
+               dict(base, framework="jax", precision="bf16", status="ok", step_time_s=0.2),  # no jax fp32: left out
+               dict(base, framework="torch", precision="bf16-pure", status="skipped", reason="x")]
+    t = claims.speed_table(records)
+    assert t.column("precision") == ["bf16", "fp16"]
+    assert t.column("measured") == ["2.00x fp32's speed", "40.0x slower (batch 64, width 256)"]
+    here = hardware.HardwareReport(hardware.detect_cpu())
+    bf16, fp16 = (hardware.native_precision("torch", p, here) for p in ("bf16", "fp16"))
+    assert t.column("reading") == [claims._reading(2.0, bf16), claims._reading(1 / 40, fp16)]
+    with pytest.raises(TypeError, match="list of records"):
+        claims.speed_table({"speed": records})

@@ -421,3 +421,133 @@ def test_format_report_shows_devices_frameworks_and_advice():
                  "tensorflow  not installed", "not installed: torch_xla", "Advice      bf16  (for NVIDIA A100",
                  "TPUs        none found"]:
         assert part in text
+
+
+# ------------------------------------------------------- instruction-set caps, native 16 bits
+
+AMX_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile")
+
+
+def test_parse_isa_caps_reads_each_knob_and_the_xla_flag():
+    env = {"ONEDNN_MAX_CPU_ISA": "avx2", "ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_cpu_max_isa=AVX512_BF16", "OTHER": "AVX2"}
+    caps = hardware.parse_isa_caps(env)
+    assert caps == {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX512", "xla_cpu_max_isa": "AVX512_BF16"}
+    assert hardware.isa_cap_level(caps) == "avx2"
+    assert hardware.parse_isa_caps({"ONEDNN_MAX_CPU_ISA": "ALL", "XLA_FLAGS": "--xla_dump_to=x"}) == {}
+    assert hardware.isa_cap_level({}) is None and hardware.isa_cap_level({"ONEDNN_MAX_CPU_ISA": "NEWER"}) is None
+
+
+@pytest.mark.parametrize("caps, bf16, fp16, amx", [
+    ({}, ("avx512_bf16", "amx_bf16"), ("avx512_fp16",), True),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}, ("avx512_bf16",), (), False),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_FP16"}, ("avx512_bf16",), ("avx512_fp16",), False),
+    ({"ATEN_CPU_CAPABILITY": "avx2"}, (), (), False),
+    ({"xla_cpu_max_isa": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, (), (), False),
+])
+def test_a_capped_cpu_reports_only_the_instructions_under_the_cap(caps, bf16, fp16, amx):
+    cpu = CPUInfo("Xeon", "x86_64", AMX_FLAGS, isa_caps=caps)
+    assert (cpu.bf16_instructions, cpu.fp16_instructions, cpu.amx) == (bf16, fp16, amx)
+    assert set(cpu.capped_instructions) == {"avx512_bf16", "avx512_fp16", "amx_bf16", "amx_tile"} - set(bf16 + fp16) - (
+        {"amx_tile"} if amx else set())
+    assert cpu.flags == tuple(sorted(AMX_FLAGS))  # the hardware's flags stay as they are
+
+
+def test_arm_flags_are_not_capped_by_x86_knobs():
+    cpu = CPUInfo("Graviton3", "aarch64", ("bf16", "asimdhp"), isa_caps={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    assert cpu.bf16_instructions == ("bf16",) and cpu.fp16_instructions == ("asimdhp",)
+
+
+def test_the_advice_for_a_capped_cpu_is_fp32_and_says_why():
+    report = HardwareReport(CPUInfo("Xeon", "x86_64", AMX_FLAGS, isa_caps={"ONEDNN_MAX_CPU_ISA": "AVX2"}))
+    advice = advise(report)
+    assert advice.precision == "fp32"
+    assert any("caps the instruction set (ONEDNN_MAX_CPU_ISA=AVX2)" in n for n in advice.notes)
+    text = hardware.format_report(report)
+    assert "bf16 instructions: none" in text and "capped to avx2 by ONEDNN_MAX_CPU_ISA=AVX2" in text
+    assert advise(HardwareReport(CPUInfo("Xeon", "x86_64", AMX_FLAGS))).precision == "bf16"
+
+
+@pytest.mark.parametrize("framework, precision, example, native", [
+    ("torch", "fp32", "cpu", True), ("torch", "bf16", "cpu", False), ("torch", "bf16-pure", "cpu-amx", True),
+    ("tf", "bf16", "cpu-avx512-bf16", True), ("torch", "fp16", "cpu-avx512-bf16", False),
+    ("jax", "bf16", "cpu-amx", False), ("jax", "bf16", "A100", True), ("torch", "bf16", "T4", False),
+    ("torch", "fp16", "T4", True), ("tf", "bf16", "tpu", True), ("jax", "fp16", "tpu", False),
+])
+def test_native_precision_follows_the_device(framework, precision, example, native):
+    result = hardware.native_precision(framework, precision, example_report(example))
+    assert result.native is native and result.why
+
+
+def test_native_precision_on_a_capped_cpu_names_the_cap():
+    report = HardwareReport(CPUInfo("Xeon", "x86_64", AMX_FLAGS, isa_caps={"ONEDNN_MAX_CPU_ISA": "AVX2"}))
+    result = hardware.native_precision("torch", "bf16", report)
+    assert not result.native and "caps the instruction set to avx2" in result.why
+    assert str(result).startswith("emulated (avx512_bf16, amx_bf16 unused")
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: hardware.native_precision("mxnet", "bf16"), ValueError, "torch, jax, tf"),
+    (lambda: hardware.native_precision("torch", "fp8"), ValueError, "fp32, tf32, fp16, bf16, bf16-pure"),
+    (lambda: hardware.native_precision("torch", "bf16", "cpu"), TypeError, "HardwareReport"),
+    (lambda: CPUInfo("c", isa_caps="AVX2"), TypeError, "mapping"),
+    (lambda: CPUInfo("c", isa_caps={"MAX_ISA": "AVX2"}), ValueError, "ONEDNN_MAX_CPU_ISA"),
+    (lambda: hardware.parse_isa_caps(None), TypeError, "mapping"),
+])
+def test_bad_native_and_cap_arguments_name_what_is_allowed(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def _run(code: str, **env) -> str:
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         env={**os.environ, **env}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_detect_cpu_reads_the_caps_from_the_environment():
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the caps are x86 knobs")
+    code = "from labkit import hardware; c = hardware.detect_cpu(); print(c.isa_cap, c.caps_text)"
+    assert _run(code, ONEDNN_MAX_CPU_ISA="AVX2", XLA_FLAGS="--xla_cpu_max_isa=AVX512").split(maxsplit=1) == [
+        "avx2", "ONEDNN_MAX_CPU_ISA=AVX2, xla_cpu_max_isa=AVX512\n"]
+
+
+def test_the_cap_is_what_torch_itself_obeys():
+    pytest.importorskip("torch")
+    if not hardware.detect_cpu().bf16_instructions:
+        pytest.skip("this CPU has no bf16 instructions to cap")
+    code = """
+        import torch
+        from labkit import hardware
+        print(torch.ops.mkldnn._is_mkldnn_bf16_supported(), hardware.native_precision("torch", "bf16").native)
+    """
+    assert _run(code).split() == ["True", "True"]
+    assert _run(code, ONEDNN_MAX_CPU_ISA="AVX2").split() == ["False", "False"]
+
+
+def test_a_capped_onednn_does_not_crash_tensorflow_on_16_bit_matmuls():
+    pytest.importorskip("tensorflow")
+    if not hardware.detect_cpu().capped_instructions and not hardware.detect_cpu().bf16_instructions:
+        pytest.skip("this CPU has no 16-bit instructions for the cap to hide")
+    code = """
+        import os
+        from labkit.train.tf_models import import_tensorflow
+        tf, _ = import_tensorflow()
+        x = [float(tf.linalg.matmul(tf.ones((32, 32), d), tf.ones((32, 32), d))[0, 0]) for d in (tf.bfloat16, tf.float16)]
+        print(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), x)
+    """
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         env={**env, "ONEDNN_MAX_CPU_ISA": "AVX2"}, timeout=300)
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-1500:]}"  # -11 before the fix
+    assert out.stdout.split(maxsplit=1) == ["0", "[32.0, 32.0]\n"]
+
+
+def test_native_table_lists_every_framework_and_16_bit_precision():
+    t = hardware.native_table(example_report("cpu-amx"))
+    assert list(zip(t.column("framework"), t.column("precision"), t.column("here"))) == [
+        ("torch", "bf16", "native"), ("torch", "fp16", "native"), ("jax", "bf16", "emulated"),
+        ("jax", "fp16", "emulated"), ("tf", "bf16", "native"), ("tf", "fp16", "native")]  # AVX512-FP16 too
+    assert set(hardware.native_table(example_report("tpu")).column("here")) == {"native", "emulated"}

@@ -172,6 +172,14 @@ def test_batch_figure_plots_speedup_and_memory_ratio_per_batch():
     assert model.get_ydata()[1] < model.get_ydata()[0]  # activations grow with the batch, the states do not
 
 
+def test_batch_figure_can_draw_the_memory_alone():
+    recs = bench.bench("torch", "fp32,bf16", "mlp", batch_size=8, width=32, warmup=0, steps=1)
+    recs += bench.bench("torch", "fp32,bf16", "mlp", batch_size=64, width=32, warmup=0, steps=1)
+    (bx,) = batch_figure(recs, speed=False).axes
+    assert {line.get_label() for line in bx.get_lines()} >= {"bf16 measured", "bf16 modelled"}
+    assert "memory" in bx.get_title()
+
+
 def test_batch_figure_wants_one_framework_and_matching_batches(records):
     other = [dict(r, framework="jax") for r in records]
     with pytest.raises(ValueError, match="one framework, model and width"):

@@ -89,3 +89,18 @@ def test_the_core_imports_no_framework():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_wheel_ships_the_stored_evidence(tmp_path):
+    """Colab installs labkit from git, not editable: the evidence files must be in the wheel."""
+    import subprocess
+    import sys
+    import zipfile
+
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("labkit-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    stored = {f"labkit/evidence/stored/{p.name}" for p in (ROOT / "labkit/evidence/stored").iterdir()}
+    assert "labkit/evidence/stored/README.md" in stored and stored <= names

@@ -11,7 +11,9 @@ Two halves, kept apart so each can be tested on its own:
 
 The rule: TPU -> bf16; NVIDIA Ampere or newer (compute capability >= 8.0) -> bf16; Volta
 and Turing (V100, T4) -> fp16 with loss scaling; older GPUs -> fp32; a CPU with AVX512-BF16,
-AMX or Arm BF16 -> bf16; any other CPU -> fp32.
+AMX or Arm BF16 -> bf16; any other CPU -> fp32. Instruction-set caps in the environment
+(``ONEDNN_MAX_CPU_ISA=AVX2`` and the other `ISA_KNOBS`) count: a capped CPU is advised as
+the machine it then behaves like.
 
 >>> from labkit import hardware
 >>> hardware.advise(hardware.example_report("T4")).headline
@@ -23,27 +25,31 @@ It replaces seed 004's ``select_precision`` table (kept as `seed_004_select_prec
 which gives the Ampere RTX 3090 fp16 and any GPU it does not list fp32.
 """
 
-from labkit.hardware.advice import PRECISIONS, Advice, advise
+from labkit.hardware.advice import PRECISIONS, Advice, Native, advise, native_precision, native_table
 from labkit.hardware.detect import PACKAGES, detect, detect_cpu
 from labkit.hardware.examples import (
     EXAMPLES, SEED_004_TABLE, advice_table, example_report, seed_004_comparison, seed_004_select_precision,
 )
 from labkit.hardware.parse import (
-    capability_from_name, parse_cpuinfo, parse_nvidia_smi, parse_sysctl, tpu_from_environment,
+    capability_from_name, parse_cpuinfo, parse_isa_caps, parse_nvidia_smi, parse_sysctl, tpu_from_environment,
 )
 from labkit.hardware.report import (
-    FRAMEWORKS, KNOWN_GPUS, CPUInfo, FrameworkInfo, GPUInfo, HardwareReport, TPUInfo, parse_capability,
+    FRAMEWORKS, ISA_KNOBS, ISA_LEVELS, KNOWN_GPUS, CPUInfo, FrameworkInfo, GPUInfo, HardwareReport, TPUInfo,
+    isa_cap_level, parse_capability,
 )
 from labkit.hardware.text import format_report
 
 __all__ = [
     "EXAMPLES",
     "FRAMEWORKS",
+    "ISA_KNOBS",
+    "ISA_LEVELS",
     "KNOWN_GPUS",
     "PACKAGES",
     "PRECISIONS",
     "SEED_004_TABLE",
     "Advice",
+    "Native",
     "CPUInfo",
     "FrameworkInfo",
     "GPUInfo",
@@ -56,8 +62,12 @@ __all__ = [
     "detect_cpu",
     "example_report",
     "format_report",
+    "isa_cap_level",
+    "native_precision",
+    "native_table",
     "parse_capability",
     "parse_cpuinfo",
+    "parse_isa_caps",
     "parse_nvidia_smi",
     "parse_sysctl",
     "seed_004_comparison",

@@ -10,8 +10,9 @@ import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-from labkit.hardware.report import CPUInfo, GPUInfo, HardwareReport
+from labkit.hardware.report import BF16_FLAGS, FP16_FLAGS, CPUInfo, GPUInfo, HardwareReport
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 _RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
@@ -180,10 +181,93 @@ def _advise_cpu(cpu: CPUInfo, notes: list[str]) -> Advice:
         return Advice("bf16", False, reason, target, _HOW["bf16", "cpu"], tuple(notes))
     if not cpu.flags:
         notes.append("The CPU's instruction-set flags could not be read here.")
+    capped = [f for f in cpu.capped_instructions if f in BF16_FLAGS]
+    if capped:
+        notes.append(f"The CPU has {', '.join(capped)}, but the environment caps the instruction set "
+                     f"({cpu.caps_text}): the libraries run as on a CPU without them.")
     reason = ("No GPU or TPU, and the CPU has no native bf16 instructions (AVX512-BF16, AMX-BF16 or "
-              "Arm BF16): bf16 and fp16 would be emulated by conversions, slower than fp32. The "
-              "course still shows their numerics here; it just cannot make them faster.")
+              "Arm BF16) that the libraries may use: bf16 and fp16 are emulated by conversions, slower "
+              "than fp32. The course still shows their numerics here; it just cannot make them faster.")
     return Advice("fp32", False, reason, target, _HOW["fp32", "any"], tuple(notes))
+
+
+class Native(NamedTuple):
+    """Whether a precision runs on native units here (`native_precision`), and why."""
+
+    native: bool
+    why: str
+
+    def __str__(self) -> str:
+        return f"{'native' if self.native else 'emulated'} ({self.why})"
+
+
+_NATIVE_FRAMEWORKS = ("torch", "jax", "tf", "tensorflow")
+
+
+def native_precision(framework: str, precision: str, report: HardwareReport | None = None) -> Native:
+    """Does `precision` run on native 16-bit units in `framework` on this machine (or on
+    `report`'s)? fp32 and tf32 always do. False means emulated: converted to fp32 around
+    fp32 arithmetic, or a slow generic kernel -- correct numbers, no speed-up, often much slower.
+
+    * TPU: bf16 yes, fp16 no. NVIDIA GPU: fp16 from compute capability 7.0, bf16 from 8.0.
+    * CPU: PyTorch and TensorFlow use the CPU's bf16 (AVX512-BF16, AMX) and fp16 (AVX512-FP16,
+      AMX-FP16) instructions through oneDNN, where the instruction-set caps allow; XLA:CPU (JAX)
+      converts every 16-bit dot to an fp32 dot, so never.
+
+    >>> native_precision("torch", "bf16", example_report("cpu")).native
+    False
+    >>> native_precision("jax", "bf16", example_report("A100"))
+    Native(native=True, why='NVIDIA A100 (compute capability 8.0, Ampere) has bf16 Tensor Cores')
+    """
+    if not isinstance(framework, str) or framework not in _NATIVE_FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; choose from torch, jax, tf")
+    fmt = precision.removesuffix("-pure") if isinstance(precision, str) else precision
+    if fmt not in ("fp32", "tf32", "bf16", "fp16"):
+        raise ValueError(f"unknown precision {precision!r}; choose from fp32, tf32, fp16, bf16, bf16-pure")
+    if fmt in ("fp32", "tf32"):
+        return Native(True, f"{fmt} is what every device computes in")
+    if report is None:
+        from labkit.hardware.detect import detect
+
+        report = detect(frameworks=())
+    elif not isinstance(report, HardwareReport):
+        raise TypeError(f"report must be a HardwareReport or None, not {type(report).__name__}")
+    if report.tpus:
+        ok = fmt == "bf16"
+        return Native(ok, "the TPU's matrix units multiply in bf16" if ok else "fp16 is not a TPU format")
+    gpus = [g for g in report.gpus if g.vendor in ("nvidia", "amd")]
+    if gpus:
+        g = min(gpus, key=lambda x: _RANK[gpu_precision(x)])
+        ok = fmt in g.tensor_core_dtypes
+        units = "Tensor Cores" if g.vendor == "nvidia" else "matrix cores"
+        return Native(ok, f"{describe_gpu(g)} {'has' if ok else 'has no'} {fmt} {units}")
+    cpu = report.cpu
+    if framework == "jax":
+        return Native(False, f"XLA:CPU runs {fmt} dots as fp32 dots between conversions")
+    have = cpu.bf16_instructions if fmt == "bf16" else cpu.fp16_instructions
+    if have:
+        return Native(True, f"the CPU's {', '.join(have)} instructions, through oneDNN")
+    capped = [f for f in cpu.capped_instructions if f in (BF16_FLAGS if fmt == "bf16" else FP16_FLAGS)]
+    why = (f"{', '.join(capped)} unused: the environment caps the instruction set to {cpu.isa_cap}"
+           if capped else f"the CPU has no {fmt} instructions")
+    return Native(False, why)
+
+
+def native_table(report: HardwareReport | None = None):
+    """`native_precision` for every framework and 16-bit precision, as a Table: what the course's
+    bf16 and fp16 cells will do on this machine (or on `report`'s)."""
+    from labkit.formats.table import Table
+
+    if report is None:
+        from labkit.hardware.detect import detect
+
+        report = detect(frameworks=())
+    rows = []
+    for framework in ("torch", "jax", "tf"):
+        for precision in ("bf16", "fp16"):
+            n = native_precision(framework, precision, report)
+            rows.append((framework, precision, "native" if n.native else "emulated", n.why))
+    return Table(("framework", "precision", "here", "why"), tuple(rows), "16-bit arithmetic on this machine")
 
 
 def _framework_notes(report: HardwareReport):

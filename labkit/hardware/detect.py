@@ -17,7 +17,7 @@ import sys
 import tempfile
 from collections.abc import Iterable
 
-from labkit.hardware.parse import parse_cpuinfo, parse_nvidia_smi, parse_sysctl, tpu_from_environment
+from labkit.hardware.parse import parse_cpuinfo, parse_isa_caps, parse_nvidia_smi, parse_sysctl, tpu_from_environment
 from labkit.hardware.report import (
     FRAMEWORKS, CPUInfo, FrameworkInfo, GPUInfo, HardwareReport, TPUInfo, check_strs, framework_name,
     parse_capability,
@@ -58,8 +58,10 @@ def detect(frameworks: Iterable[str] = FRAMEWORKS) -> HardwareReport:
 
 
 def detect_cpu() -> CPUInfo:
-    """The CPU, with flags from /proc/cpuinfo (Linux) or sysctl (macOS); none elsewhere."""
-    arch, cores = platform.machine(), os.cpu_count()
+    """The CPU, with flags from /proc/cpuinfo (Linux) or sysctl (macOS), none elsewhere; the
+    cores this process may run on; and the instruction-set caps the environment sets."""
+    arch = platform.machine()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             model, flags = parse_cpuinfo(f.read())
@@ -70,7 +72,8 @@ def detect_cpu() -> CPUInfo:
         source = "sysctl"
     else:
         model, flags, source = "", (), "nowhere (no /proc/cpuinfo or sysctl here)"
-    return CPUInfo(model or platform.processor() or arch or "unknown", arch, flags, cores, source)
+    caps = parse_isa_caps(os.environ) if arch.lower() in ("x86_64", "amd64", "i386", "i686") else {}
+    return CPUInfo(model or platform.processor() or arch or "unknown", arch, flags, cores, source, caps)
 
 
 def _version(dist: str) -> str | None:
@@ -201,7 +204,28 @@ def quiet_native_logs():
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved_level
 
 
+def tensorflow_environment() -> str | None:
+    """Make a capped oneDNN safe for TensorFlow, before TensorFlow is imported.
+
+    TensorFlow 2.21 picks its oneDNN bf16 and fp16 kernels from the CPU's own flags, not from
+    what oneDNN may use: with ``ONEDNN_MAX_CPU_ISA`` below the CPU's 16-bit instructions a
+    bf16 or fp16 matmul crashes the process (SIGSEGV; seen with ``AVX2`` and ``AVX512_CORE``
+    on an AMX CPU). In that case, unless the user chose, this sets ``TF_ENABLE_ONEDNN_OPTS=0``:
+    TensorFlow's Eigen kernels then run every dtype, as on a CPU without those instructions.
+    Returns what it did, or None when nothing was needed.
+    """
+    cpu = detect_cpu()
+    if "ONEDNN_MAX_CPU_ISA" not in cpu.isa_caps or "TF_ENABLE_ONEDNN_OPTS" in os.environ:
+        return None
+    if not [f for f in cpu.capped_instructions if f != "amx_tile"]:
+        return None
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    return (f"TF_ENABLE_ONEDNN_OPTS=0: ONEDNN_MAX_CPU_ISA={cpu.isa_caps['ONEDNN_MAX_CPU_ISA']} hides "
+            f"{', '.join(cpu.capped_instructions)} from oneDNN, and TensorFlow's oneDNN kernels would crash")
+
+
 def _probe_tensorflow():
+    tensorflow_environment()
     with quiet_native_logs():
         import tensorflow as tf
 

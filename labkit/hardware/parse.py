@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from labkit.hardware.report import KNOWN_GPUS, GPUInfo, TPUInfo, check_str, parse_capability
+from labkit.hardware.report import ISA_KNOBS, KNOWN_GPUS, GPUInfo, TPUInfo, check_str, parse_capability
 
 
 def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
@@ -34,6 +34,31 @@ def parse_cpuinfo(text: str) -> tuple[str, tuple[str, ...]]:
     model = fields.get("model name") or fields.get("hardware") or fields.get("model") or ""
     flags = (fields.get("flags") or fields.get("features") or "").lower().split()
     return model, tuple(sorted(set(flags)))
+
+
+def parse_isa_caps(environ: Mapping[str, str]) -> dict[str, str]:
+    """The instruction-set caps the environment sets: ``{"ONEDNN_MAX_CPU_ISA": "AVX2", ...}``.
+
+    Values a library does not cap with (``ATEN_CPU_CAPABILITY=default``, ``ALL``) and knobs
+    that are not set are left out; an unknown spelling is kept, and `isa_cap_level` ranks it
+    as no cap.
+
+    >>> parse_isa_caps({"ONEDNN_MAX_CPU_ISA": "avx2", "XLA_FLAGS": "--xla_cpu_max_isa=AVX2 --x=1"})
+    {'ONEDNN_MAX_CPU_ISA': 'AVX2', 'xla_cpu_max_isa': 'AVX2'}
+    """
+    if not isinstance(environ, Mapping):
+        raise TypeError(f"environ must be a mapping of str to str, not {type(environ).__name__}")
+    found = {}
+    for knob in ISA_KNOBS:
+        if knob == "xla_cpu_max_isa":
+            m = re.search(r"--xla_cpu_max_isa=(\S+)", environ.get("XLA_FLAGS") or "")
+            value = m.group(1) if m else ""
+        else:
+            value = environ.get(knob) or ""
+        value = value.strip().upper()
+        if value and value not in ("DEFAULT", "ALL"):
+            found[knob] = value
+    return found
 
 
 def parse_sysctl(text: str) -> tuple[str, tuple[str, ...]]:

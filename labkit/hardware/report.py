@@ -40,6 +40,43 @@ _NVIDIA_ARCHITECTURES = (
     ((6, 0), "Pascal"), ((5, 0), "Maxwell"), ((3, 0), "Kepler"), ((0, 0), "pre-Kepler"),
 )
 
+# Instruction-set levels, lowest first, as labkit ranks the caps below. A flag that needs a
+# level above the cap is not used by the libraries that honour the cap.
+ISA_LEVELS = ("sse4", "avx", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx", "amx_fp16")
+FLAG_LEVELS = {"avx512f": "avx512", "avx512_bf16": "avx512_bf16", "avx512_fp16": "avx512_fp16",
+               "amx_tile": "amx", "amx_bf16": "amx", "amx_int8": "amx", "amx_fp16": "amx_fp16"}
+"""The level each x86 flag that matters here needs (Arm flags are not capped by these knobs)."""
+
+CAP_VALUES = {  # knob -> its spellings (upper case) -> labkit's level
+    "ONEDNN_MAX_CPU_ISA": {  # oneDNN (PyTorch's and TensorFlow's bf16/fp16 matmuls), docs "CPU dispatcher control"
+        "SSE41": "sse4", "AVX": "avx", "AVX2": "avx2", "AVX2_VNNI": "avx2", "AVX2_VNNI_2": "avx2",
+        "AVX512_CORE": "avx512", "AVX512_CORE_VNNI": "avx512_vnni", "AVX512_CORE_BF16": "avx512_bf16",
+        "AVX512_CORE_FP16": "avx512_fp16", "AVX10_1_512": "avx512_fp16", "AVX512_CORE_AMX": "amx",
+        "AVX10_1_512_AMX": "amx", "AVX512_CORE_AMX_FP16": "amx_fp16", "AVX10_1_512_AMX_FP16": "amx_fp16"},
+    "ATEN_CPU_CAPABILITY": {"AVX2": "avx2", "AVX512": "avx512"},  # PyTorch's own vectorised kernels
+    "MKL_ENABLE_INSTRUCTIONS": {  # Intel MKL (PyTorch's fp32 BLAS on x86)
+        "SSE4_2": "sse4", "AVX": "avx", "AVX2": "avx2", "AVX512": "avx512", "AVX512_E1": "avx512_vnni",
+        "AVX512_E2": "avx512_vnni", "AVX512_E3": "avx512_bf16", "AVX512_E4": "amx", "AVX512_E5": "amx_fp16"},
+    "xla_cpu_max_isa": {  # XLA:CPU's code generator (JAX; TensorFlow with jit_compile), read from XLA_FLAGS
+        "SSE4_2": "sse4", "AVX": "avx", "AVX2": "avx2", "AVX512": "avx512", "AVX512_VNNI": "avx512_vnni",
+        "AVX512_BF16": "avx512_bf16", "AMX": "amx", "AMX_FP16": "amx_fp16"},
+}
+ISA_KNOBS = tuple(CAP_VALUES)
+"""The environment settings that cap the instruction set a library uses (``xla_cpu_max_isa`` is
+an XLA flag, read from ``XLA_FLAGS``)."""
+
+
+def isa_cap_level(caps: Mapping[str, str]) -> str | None:
+    """The lowest level (`ISA_LEVELS`) the caps allow, or None when nothing is capped.
+
+    >>> isa_cap_level({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "ATEN_CPU_CAPABILITY": "AVX2"})
+    'avx2'
+    """
+    levels = [CAP_VALUES.get(k, {}).get(v.upper()) for k, v in caps.items()]
+    known = [lv for lv in levels if lv is not None]
+    return min(known, key=ISA_LEVELS.index) if known else None
+
+
 # AMD gfx architectures with bf16 matrix instructions: MI100, MI200, MI300/MI350, RDNA3/4.
 _AMD_BF16_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 
@@ -81,13 +118,21 @@ def parse_capability(value) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class CPUInfo:
-    """A CPU: model, architecture and instruction-set flags (stored lower case, sorted)."""
+    """A CPU: model, architecture and instruction-set flags (stored lower case, sorted).
+
+    ``isa_caps`` are the environment's instruction-set caps (`ISA_KNOBS`, e.g.
+    ``{"ONEDNN_MAX_CPU_ISA": "AVX2"}``): a flag above the lowest cap is still in ``flags``,
+    but the libraries do not use it, so `bf16_instructions`, `fp16_instructions` and `amx`
+    leave it out and `capped_instructions` lists it. That is how a capped run tells the
+    truth about an AVX2 machine on an AVX512-BF16 one.
+    """
 
     model: str
     arch: str = ""
     flags: tuple[str, ...] = ()
     cores: int | None = None
     source: str = ""
+    isa_caps: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         check_str(self.model, "CPUInfo.model")
@@ -96,21 +141,51 @@ class CPUInfo:
         object.__setattr__(self, "flags", tuple(flags))
         if self.cores is not None and (not isinstance(self.cores, int) or self.cores < 1):
             raise ValueError(f"CPUInfo.cores must be a positive int or None, not {self.cores!r}")
+        if not isinstance(self.isa_caps, Mapping):
+            raise TypeError(f"CPUInfo.isa_caps must be a mapping such as {{'ONEDNN_MAX_CPU_ISA': 'AVX2'}}, "
+                            f"not {type(self.isa_caps).__name__}")
+        unknown = sorted(set(self.isa_caps) - set(ISA_KNOBS))
+        if unknown:
+            raise ValueError(f"unknown instruction-set knob(s) {', '.join(unknown)}; choose from {', '.join(ISA_KNOBS)}")
+        object.__setattr__(self, "isa_caps", {k: check_str(v, k).upper() for k, v in self.isa_caps.items()})
+
+    @property
+    def isa_cap(self) -> str | None:
+        """The lowest instruction-set level the caps allow (`ISA_LEVELS`); None: not capped."""
+        return isa_cap_level(self.isa_caps)
+
+    def usable(self, flag: str) -> bool:
+        """Whether the CPU has ``flag`` and the caps let the libraries use it."""
+        return flag in self.flags and self._below_cap(flag)
+
+    def _below_cap(self, flag: str) -> bool:
+        cap, need = self.isa_cap, FLAG_LEVELS.get(flag)
+        return cap is None or need is None or ISA_LEVELS.index(need) <= ISA_LEVELS.index(cap)
 
     @property
     def bf16_instructions(self) -> tuple[str, ...]:
         """Flags that give native bf16 dot products, e.g. ``('avx512_bf16', 'amx_bf16')``."""
-        return tuple(f for f in BF16_FLAGS if f in self.flags)
+        return tuple(f for f in BF16_FLAGS if self.usable(f))
 
     @property
     def fp16_instructions(self) -> tuple[str, ...]:
         """Flags that give native fp16 arithmetic, e.g. ``('avx512_fp16',)``."""
-        return tuple(f for f in FP16_FLAGS if f in self.flags)
+        return tuple(f for f in FP16_FLAGS if self.usable(f))
+
+    @property
+    def capped_instructions(self) -> tuple[str, ...]:
+        """16-bit and AMX flags the CPU has but the caps keep the libraries from using."""
+        return tuple(f for f in (*BF16_FLAGS, *FP16_FLAGS, "amx_tile") if f in self.flags and not self._below_cap(f))
 
     @property
     def amx(self) -> bool:
         """Intel AMX tile units (Sapphire Rapids and later): matrix multiply in bf16/int8."""
-        return "amx_tile" in self.flags
+        return self.usable("amx_tile")
+
+    @property
+    def caps_text(self) -> str:
+        """``"ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=AVX2"``, or "" when nothing is capped."""
+        return ", ".join(f"{k}={v}" for k, v in self.isa_caps.items())
 
 
 @dataclass(frozen=True)

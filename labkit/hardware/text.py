@@ -23,12 +23,16 @@ def format_report(report: HardwareReport, advice: Advice | None = None) -> str:
     lines = [
         f"System      {report.system or 'unknown'}; Python {v.get('python') or '?'}; "
         f"labkit {v.get('labkit') or '?'}",
-        f"CPU         {cpu.model} ({cpu.arch or '?'}, {cpu.cores or '?'} cores; "
+        f"CPU         {cpu.model} ({cpu.arch or '?'}, {_cores(cpu.cores)}; "
         f"flags from {cpu.source or '?'})",
         f"{_INDENT}bf16 instructions: {', '.join(cpu.bf16_instructions) or 'none'}; "
         f"fp16: {', '.join(cpu.fp16_instructions) or 'none'}; AMX: {'yes' if cpu.amx else 'no'}; "
-        f"AVX-512: {'yes' if 'avx512f' in cpu.flags else 'no'}",
+        f"AVX-512: {'yes' if cpu.usable('avx512f') else 'no'}",
     ]
+    if cpu.isa_caps:
+        unused = ", ".join(cpu.capped_instructions) or "none of the 16-bit ones"
+        lines += wrap(f"instruction set capped to {cpu.isa_cap or '?'} by {cpu.caps_text}; not used: {unused}",
+                      _INDENT, 92)
     for i, g in enumerate(report.gpus):
         mem = f", {g.memory_gib} GiB" if g.memory_gib else ""
         units = ", ".join(g.tensor_core_dtypes) or "none"
@@ -57,3 +61,7 @@ def format_report(report: HardwareReport, advice: Advice | None = None) -> str:
     lines += textwrap.wrap(packages, 92, initial_indent="Packages    ", subsequent_indent=_INDENT)
     lines.append("Advice      " + str(advice).replace("\n", "\n" + _INDENT))
     return "\n".join(lines)
+
+
+def _cores(n: int | None) -> str:
+    return "? cores" if n is None else f"{n} core" + ("s" if n != 1 else "")

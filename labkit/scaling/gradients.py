@@ -65,8 +65,11 @@ def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64,
             record weight and activation gradients, amax = max |g|, fc2's input h1, grad(z2)
             opt.step()
 
-    Runs on the CPU with one thread (restored afterwards) so that the numbers are the
-    same on every machine. Small enough for a notebook: 80 steps take well under a second.
+    Runs on the CPU with one thread (restored afterwards), so that a run repeats itself on
+    one machine. Another CPU's kernels round differently (its instruction set, its BLAS), and
+    80 steps of SGD carry those last bits into the figures: notebook 03 checks what it teaches
+    from them (``labkit.checks``), not the figures themselves.
+    Small enough for a notebook: 80 steps take well under a second.
 
     >>> rec = record_gradients(steps=3)               # doctest: +SKIP
     >>> sorted(rec.layers)[:2], rec.amax.shape       # doctest: +SKIP

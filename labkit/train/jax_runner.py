@@ -107,7 +107,8 @@ def describe_device(device) -> str:
     versions = f"jax {jax.__version__}"
     if device.platform == "cpu":
         cpu = detect_cpu()
-        return f"cpu ({cpu.model}, {cpu.cores} cores, {versions})"
+        cores = f"{cpu.cores} core" + ("s" if cpu.cores != 1 else "")
+        return f"cpu ({cpu.model}, {cores}, {versions})"
     kind = getattr(device, "device_kind", device.platform)
     cc = getattr(device, "compute_capability", None)
     extra = f", compute capability {cc}" if cc else ""

@@ -111,3 +111,15 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
     fig.tight_layout()
     plt.close(fig)  # shown once, as the cell's value
     return fig
+
+
+def loss_gap(a, b) -> float:
+    """The largest difference between two runs' losses, step by step: how far a sharded (or
+    otherwise changed) run strays from its reference. The runs must have run the same steps."""
+    from labkit.train.result import RunResult
+
+    if not (isinstance(a, RunResult) and isinstance(b, RunResult)):
+        raise TypeError(f"loss_gap takes two RunResults, got {type(a).__name__} and {type(b).__name__}")
+    if len(a.losses) != len(b.losses) or not a.losses:
+        raise ValueError(f"loss_gap compares runs of the same steps; got {len(a.losses)} and {len(b.losses)} losses")
+    return max(abs(x - y) for x, y in zip(a.losses, b.losses))

@@ -167,7 +167,8 @@ def moved_fraction(config: RunConfig, steps: int = 3, names=None) -> dict[str, f
     return {k: float(np.mean(after[k] != before[k])) for k in keep}
 
 
-def matmul_ms(n: int = 1024, dtypes=("float32", "bfloat16", "float16"), repeats: int = 5) -> dict[str, float]:
+def matmul_ms(n: int = 1024, dtypes=("float32", "bfloat16", "float16"), repeats: int = 5,
+              max_seconds: float | None = None) -> dict[str, float]:
     """Milliseconds of one (n, n) @ (n, n) matmul in each dtype on TensorFlow's default device,
     with TF32 off (so float32 means float32): `labkit.bench.matmul_ms` for TensorFlow alone.
 
@@ -177,7 +178,7 @@ def matmul_ms(n: int = 1024, dtypes=("float32", "bfloat16", "float16"), repeats:
     from labkit import bench
 
     with tf_runner.framework_state(tf32=False, deterministic=False):
-        ms = bench.matmul_ms(n, ("tf",), dtypes, repeats=repeats, number=1)
+        ms = bench.matmul_ms(n, ("tf",), dtypes, repeats=repeats, number=1, max_seconds=max_seconds)
     return {dtype: t for (_, dtype), t in ms.items()}
 
 

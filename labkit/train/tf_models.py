@@ -38,6 +38,7 @@ import tempfile
 
 import numpy as np
 
+from labkit.hardware.detect import tensorflow_environment
 from labkit.train import models as M
 from labkit.train.data import Dataset
 
@@ -89,9 +90,12 @@ def import_tensorflow():
     """Import TensorFlow and Keras 3 quietly; returns (tf, keras).
 
     Sets ``TF_CPP_MIN_LOG_LEVEL=2`` (drop C++ INFO and WARNING logs) unless the user chose a
-    level, and hides the few start-up notices that ignore it (see `_NATIVE_NOISE`).
+    level, and hides the few start-up notices that ignore it (see `_NATIVE_NOISE`). With
+    ``ONEDNN_MAX_CPU_ISA`` capped below the CPU's 16-bit instructions it turns TensorFlow's
+    oneDNN kernels off first (`labkit.hardware.detect.tensorflow_environment`).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tensorflow_environment()  # a capped oneDNN would crash TensorFlow's bf16/fp16 kernels
     with quiet_native_stderr():
         import tensorflow as tf
         import keras

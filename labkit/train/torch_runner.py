@@ -158,8 +158,9 @@ def make_scaler(config: RunConfig, device_type: str, scaler_class=None):
 def describe_cpu() -> str:
     cpu = detect_cpu()
     bf16, fp16 = sorted(cpu.bf16_instructions), sorted(cpu.fp16_instructions)
+    capped = f"; instruction set capped: {cpu.caps_text}" if cpu.isa_caps else ""
     return (f"cpu ({cpu.model}, {torch.get_num_threads()} threads, native bf16: {', '.join(bf16) or 'no'}, "
-            f"native fp16: {', '.join(fp16) or 'no'}; torch {torch.__version__}; TF32 is a GPU format: "
+            f"native fp16: {', '.join(fp16) or 'no'}{capped}; torch {torch.__version__}; TF32 is a GPU format: "
             "tf32 runs as fp32 here)")
 
 

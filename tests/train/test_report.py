@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from labkit.train import RunConfig, RunResult, run
-from labkit.train.report import plot_runs, run_table
+from labkit.train.report import loss_gap, plot_runs, run_table
 
 
 def by_hand(precision, losses, skipped=None, framework="jax"):
@@ -70,3 +70,12 @@ def test_plot_needs_a_run():
     with pytest.raises(ValueError, match="at least one"):
         plot_runs([])
     assert math.isnan(RunResult(RunConfig("tf")).median_step_time())
+
+
+def test_loss_gap_is_the_largest_step_by_step_difference():
+    a, b = by_hand("fp32", [2.3, 1.0, 0.05]), by_hand("bf16", [2.3, 1.02, 0.06])
+    assert loss_gap(a, b) == pytest.approx(0.02) and loss_gap(a, a) == 0.0
+    with pytest.raises(ValueError, match="same steps"):
+        loss_gap(a, by_hand("bf16", [2.3]))
+    with pytest.raises(TypeError, match="two RunResults"):
+        loss_gap(a, [2.3, 1.0, 0.05])
