@@ -154,7 +154,7 @@ def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *
                    activation_bytes_model=memory.activation_bytes(model, b, precision, w))
         cell = _Cell(framework, model, precision, device, warmup, steps, deadline=time.perf_counter() + max_seconds)
         try:
-            rec.update(cell.measure(b, w, baseline.get((framework, model, shape)), small_fp32))
+            rec.update(cell.measure(b, w, small_fp32))
         except _Skip as exc:
             rec.update(status="skipped", reason=str(exc))
         rec["seconds"] = round(cell.elapsed(), 3)
@@ -212,7 +212,7 @@ class _Cell:
 
         return stepper, step
 
-    def measure(self, batch, width, fp32_step, small_fp32) -> dict:
+    def measure(self, batch, width, small_fp32) -> dict:
         stepper, step = self.stepper(self.precision, batch, width)
         native, why = True, ""
         if stepper.device.startswith("cpu"):

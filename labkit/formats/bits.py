@@ -15,9 +15,10 @@ The algorithm, for a format with E exponent bits, M mantissa bits and bias B:
         else pack y's sign, exponent and mantissa fields
 
 Conversions follow ml_dtypes' ``astype`` bit for bit, including two details worth
-knowing: ml_dtypes converts float64 to bf16 and fp8 *through float32* (so two roundings
-happen; numpy's float64 -> float16 rounds once), and fp8_e4m3 has no infinity, so an
-overflow -- or an infinite input -- becomes NaN rather than saturating at 448.
+knowing: ml_dtypes 0.6 converts float64 to bf16 and fp8 *through float32* (so two
+roundings happen; numpy's float64 -> float16, and ml_dtypes 0.7, round once) -- labkit asks
+the installed ml_dtypes which it does (`FloatFormat.via_float32`) -- and fp8_e4m3 has no
+infinity, so an overflow -- or an infinite input -- becomes NaN rather than saturating at 448.
 """
 
 from __future__ import annotations

@@ -42,9 +42,11 @@ class FloatFormat:
       eps: 2^-M, the gap between 1 and the next larger value.
       has_inf: False for fp8 e4m3 (the "fn" variant: finite + NaN only).
       dtype: the numpy / ml_dtypes dtype of the format (None for tf32, stored in float32).
-      via_float32: True where ml_dtypes converts float64 input through float32 first
-        (bf16, fp8): a float64 within 2^-24 of a rounding tie can round differently
-        than a direct conversion would. labkit reproduces this exactly.
+      via_float32: True where the conversion from float64 goes through float32 first, so
+        that a float64 within 2^-24 of a rounding tie can round differently than a direct
+        conversion would: tf32 (a matmul mode on fp32 inputs), and bf16 and fp8 when the
+        installed ml_dtypes converts that way (0.6.0 did; 0.7.0 rounds float64 once).
+        labkit asks the installed ml_dtypes (`rounds_through_float32`) and follows it.
     """
 
     name: str
@@ -136,6 +138,19 @@ class FloatFormat:
         )
 
 
+def rounds_through_float32(dtype) -> bool:
+    """Does ``np.asarray(x, float64).astype(dtype)`` round twice, through float32?
+
+    Asked of the installed library on 1 + eps/2 + 2^-30: just above the tie between 1 and
+    1 + eps, but in float32 exactly the tie, which then rounds to even, down to 1. One rounding
+    goes up. ml_dtypes 0.6.0 converted float64 to bf16 and fp8 through float32; 0.7.0 rounds
+    once (jax-ml/ml_dtypes pull request 401 describes the change), as numpy's float16 always has.
+    """
+    eps = float(ml_dtypes.finfo(dtype).eps)
+    x = np.float64(1 + eps / 2 + 2.0**-30)
+    return float(np.asarray(x).astype(dtype)) == 1.0
+
+
 def _from_finfo(name, dtype, *, has_inf, via_float32, description) -> FloatFormat:
     info = ml_dtypes.finfo(dtype)
     return FloatFormat(
@@ -189,15 +204,15 @@ FORMATS: dict[str, FloatFormat] = {
         description="IEEE 754 half precision (binary16)",
     ),
     "bf16": _from_finfo(
-        "bf16", ml_dtypes.bfloat16, has_inf=True, via_float32=True,
+        "bf16", ml_dtypes.bfloat16, has_inf=True, via_float32=rounds_through_float32(ml_dtypes.bfloat16),
         description="Google Brain bfloat16: fp32's exponent, 7-bit mantissa",
     ),
     "fp8_e4m3": _from_finfo(
-        "fp8_e4m3", ml_dtypes.float8_e4m3fn, has_inf=False, via_float32=True,
+        "fp8_e4m3", ml_dtypes.float8_e4m3fn, has_inf=False, via_float32=rounds_through_float32(ml_dtypes.float8_e4m3fn),
         description="OCP FP8 E4M3 ('fn': no infinity, one NaN per sign, max 448)",
     ),
     "fp8_e5m2": _from_finfo(
-        "fp8_e5m2", ml_dtypes.float8_e5m2, has_inf=True, via_float32=True,
+        "fp8_e5m2", ml_dtypes.float8_e5m2, has_inf=True, via_float32=rounds_through_float32(ml_dtypes.float8_e5m2),
         description="OCP FP8 E5M2: fp16's exponent, 2-bit mantissa",
     ),
 }

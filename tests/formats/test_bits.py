@@ -65,8 +65,8 @@ def test_encode_matches_ml_dtypes_on_random_float32_bit_patterns(name):
 
 @pytest.mark.parametrize("name", SMALL)
 def test_encode_matches_ml_dtypes_on_random_float64_inputs(name):
-    # ml_dtypes rounds float64 -> bf16/fp8 through float32 (twice); numpy's float64 -> float16
-    # rounds once. Values near a tie, where the two differ, are included on purpose.
+    # ml_dtypes before 0.7 rounds float64 -> bf16/fp8 through float32 (twice), 0.7 and numpy's
+    # float64 -> float16 round once. Values near a tie, where the two differ, are included on purpose.
     f = lf.get(name)
     rng = np.random.default_rng(7)
     values = f.decode(all_patterns(f))
@@ -79,11 +79,20 @@ def test_encode_matches_ml_dtypes_on_random_float64_inputs(name):
     np.testing.assert_array_equal(f.encode(x), library_cast(x, f.dtype).view(f.uint_dtype))
 
 
-def test_bf16_from_float64_double_rounds_like_ml_dtypes():
-    # 1 + 2^-8 + 2^-30 is just above the tie between 1 and 1 + 2^-7, but in float32 it *is* the tie.
-    x = 1 + 2**-8 + 2**-30
-    assert lf.get("bf16").round(x) == 1.0 == float(library_cast(x, ml_dtypes.bfloat16))
+@pytest.mark.parametrize("name", ["bf16", "fp8_e4m3", "fp8_e5m2"])
+def test_float64_just_above_a_tie_rounds_as_the_installed_ml_dtypes_does(name):
+    # 1 + eps/2 + 2^-30 is just above the tie between 1 and 1 + eps, but in float32 it *is* the
+    # tie: two roundings (ml_dtypes < 0.7) give 1, one rounding (ml_dtypes >= 0.7) gives 1 + eps.
+    f = lf.get(name)
+    x = 1 + f.eps / 2 + 2**-30
+    library = float(library_cast(x, f.dtype))
+    assert library in (1.0, 1 + f.eps) and f.round(x) == library
+    assert f.via_float32 is (library == 1.0)
+
+
+def test_fp16_from_float64_rounds_once_and_tf32_takes_fp32_inputs():
     assert lf.get("fp16").round(1 + 2**-11 + 2**-40) == 1 + 2**-10  # numpy rounds float16 once
+    assert not lf.get("fp16").via_float32 and lf.get("tf32").via_float32
 
 
 def test_fp32_encode_matches_numpy_cast_on_random_float64_patterns():
