@@ -146,13 +146,16 @@ def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
         raise ValueError(f"max_seconds must be a number of seconds > 0, got {max_seconds!r}")
     plan = cells(frameworks, precisions, models, odd_sizes)
-    records, baseline, small_fp32 = [], {}, {}
+    records, baseline, small_fp32, on_cpu = [], {}, {}, {}
     for framework, model, shape, precision in plan:
+        if framework not in on_cpu:  # imports the framework and its runner: a one-time cost, outside any budget
+            on_cpu[framework] = _on_cpu(framework, device)
         b, w = shape_of(model, shape, batch_size, width)
         rec = dict(framework=framework, precision=precision, model=model, shape=shape, batch_size=b, width=w,
                    warmup=warmup, steps=steps, max_seconds=max_seconds,
                    activation_bytes_model=memory.activation_bytes(model, b, precision, w))
-        cell = _Cell(framework, model, precision, device, warmup, steps, deadline=time.perf_counter() + max_seconds)
+        cell = _Cell(framework, model, precision, device, warmup, steps, deadline=time.perf_counter() + max_seconds,
+                     on_cpu=on_cpu[framework])
         try:
             rec.update(cell.measure(b, w, small_fp32))
         except _Skip as exc:
@@ -180,9 +183,9 @@ class _Skip(Exception):
 class _Cell:
     """Times one framework x model x precision within a deadline."""
 
-    def __init__(self, framework, model, precision, device, warmup, steps, deadline):
+    def __init__(self, framework, model, precision, device, warmup, steps, deadline, on_cpu):
         self.framework, self.model, self.precision, self.device = framework, model, precision, device
-        self.warmup, self.steps, self.deadline = warmup, steps, deadline
+        self.warmup, self.steps, self.deadline, self.on_cpu = warmup, steps, deadline, on_cpu
         self.start = time.perf_counter()
 
     def elapsed(self) -> float:
@@ -213,14 +216,13 @@ class _Cell:
         return stepper, step
 
     def measure(self, batch, width, small_fp32) -> dict:
-        stepper, step = self.stepper(self.precision, batch, width)
         native, why = True, ""
-        if stepper.device.startswith("cpu"):
+        if self.on_cpu:
             from labkit import hardware
 
             native, why = hardware.native_precision(self.framework, self.precision,
                                                     hardware.HardwareReport(hardware.detect_cpu()))
-        out = {"device": stepper.device, "native": native}
+        out = {"native": native}
         small_b, small_w = SMALL[self.model]
         if not native and (batch, width) != (small_b, small_w):
             probe = self.probe(small_b, small_w, small_fp32)
@@ -237,7 +239,8 @@ class _Cell:
                                    f"past the {self.budget():.0f} s budget",
                             activation_bytes=None, activation_source="not measured: timed at the small size only",
                             memory={}, final_loss=None, samples_per_s=None)
-        out.update(self.time(stepper, step))
+        stepper, step = self.stepper(self.precision, batch, width)
+        out.update(device=stepper.device, **self.time(stepper, step))
         out["samples_per_s"] = batch / out["step_time_s"]
         return out
 
@@ -249,8 +252,9 @@ class _Cell:
         key = (self.framework, self.model)
         if key not in small_fp32:
             small_fp32[key] = self.time(*self.stepper("fp32", batch, width), steps=MIN_STEPS, warmup=1)["step_time_s"]
-        t = self.time(*self.stepper(self.precision, batch, width), steps=MIN_STEPS, warmup=1)["step_time_s"]
-        return {"small_batch_size": batch, "small_width": width, "small_step_time_s": t,
+        stepper, step = self.stepper(self.precision, batch, width)
+        t = self.time(stepper, step, steps=MIN_STEPS, warmup=1)["step_time_s"]
+        return {"device": stepper.device, "small_batch_size": batch, "small_width": width, "small_step_time_s": t,
                 "small_fp32_step_time_s": small_fp32[key], "emulated_slowdown": t / small_fp32[key]}
 
     def time(self, stepper, step, steps=None, warmup=None) -> dict:
@@ -312,6 +316,35 @@ class _Cell:
             if total + times[-1] > high:
                 break
         return times, f"labkit's adaptive loop ({len(times)} steps)"
+
+
+def _on_cpu(framework: str, device: str) -> bool:
+    """Will `framework` run on the CPU for RunConfig's `device`? Imports the framework and
+    labkit's runner for it, and asks the framework for "auto" (PyTorch: no CUDA; JAX: its
+    default backend; TensorFlow: no GPU or TPU)."""
+    from labkit.train import _RUNNERS
+
+    try:
+        importlib.import_module(_RUNNERS[framework])
+    except ImportError:
+        return False  # not installed: building the stepper says so
+    if device != "auto":
+        return device == "cpu"
+    try:
+        if framework == "torch":
+            import torch
+
+            return not torch.cuda.is_available()
+        if framework == "jax":
+            import jax
+
+            return jax.default_backend() == "cpu"
+        from labkit.train.tf_models import import_tensorflow
+
+        tf, _ = import_tensorflow()
+        return not (tf.config.list_physical_devices("GPU") or tf.config.list_logical_devices("TPU"))
+    except ImportError:
+        return False  # not installed: building the stepper will say so
 
 
 def _activations(framework: str, memory_dict: dict) -> dict:
