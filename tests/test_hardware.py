@@ -553,3 +553,21 @@ def test_native_table_lists_every_framework_and_16_bit_precision():
         ("torch", "bf16", "native"), ("torch", "fp16", "native"), ("jax", "bf16", "emulated"),
         ("jax", "fp16", "emulated"), ("tf", "bf16", "native"), ("tf", "fp16", "native")]  # AVX512-FP16 too
     assert set(hardware.native_table(example_report("tpu")).column("here")) == {"native", "emulated"}
+
+
+@pytest.mark.parametrize("caps, environ, changed", [
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, {}, True),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, {}, False),  # hides nothing 16-bit
+    ({"ATEN_CPU_CAPABILITY": "AVX2"}, {}, False),  # not oneDNN's cap: TensorFlow is safe
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, {"TF_ENABLE_ONEDNN_OPTS": "1"}, False),  # the user chose
+])
+def test_tensorflow_environment_turns_onednn_off_only_where_its_cap_hides_16_bit_kernels(caps, environ, changed):
+    from labkit.hardware.detect import tensorflow_environment
+
+    cpu = CPUInfo("Xeon", "x86_64", AMX_FLAGS, isa_caps=caps)
+    env = dict(environ)
+    note = tensorflow_environment(cpu, env)
+    assert (note is not None) is changed
+    assert env.get("TF_ENABLE_ONEDNN_OPTS") == ("0" if changed else environ.get("TF_ENABLE_ONEDNN_OPTS"))
+    if changed:
+        assert note.startswith("TF_ENABLE_ONEDNN_OPTS=0: ONEDNN_MAX_CPU_ISA=AVX2 hides avx512_bf16")

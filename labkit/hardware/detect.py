@@ -7,6 +7,7 @@ TensorFlow takes seconds, and a framework that is not installed is reported as a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -204,24 +205,28 @@ def quiet_native_logs():
             os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved_level
 
 
-def tensorflow_environment() -> str | None:
+def tensorflow_environment(cpu: CPUInfo | None = None, environ=None) -> str | None:
     """Make a capped oneDNN safe for TensorFlow, before TensorFlow is imported.
 
     TensorFlow 2.21 picks its oneDNN bf16 and fp16 kernels from the CPU's own flags, not from
     what oneDNN may use: with ``ONEDNN_MAX_CPU_ISA`` below the CPU's 16-bit instructions a
     bf16 or fp16 matmul crashes the process (SIGSEGV; seen with ``AVX2`` and ``AVX512_CORE``
-    on an AMX CPU). In that case, unless the user chose, this sets ``TF_ENABLE_ONEDNN_OPTS=0``:
-    TensorFlow's Eigen kernels then run every dtype, as on a CPU without those instructions.
-    Returns what it did, or None when nothing was needed.
+    on an AMX CPU). In that case, unless the user chose, this sets ``TF_ENABLE_ONEDNN_OPTS=0``
+    in `environ` (default: this process's): TensorFlow's Eigen kernels then run every dtype, as
+    on a CPU without those instructions. Returns what it did, or None when nothing was needed.
     """
-    cpu = detect_cpu()
-    if "ONEDNN_MAX_CPU_ISA" not in cpu.isa_caps or "TF_ENABLE_ONEDNN_OPTS" in os.environ:
+    environ = os.environ if environ is None else environ
+    cpu = detect_cpu() if cpu is None else cpu
+    onednn = cpu.isa_caps.get("ONEDNN_MAX_CPU_ISA")
+    if onednn is None or "TF_ENABLE_ONEDNN_OPTS" in environ:
         return None
-    if not [f for f in cpu.capped_instructions if f != "amx_tile"]:
+    only_onednn = dataclasses.replace(cpu, isa_caps={"ONEDNN_MAX_CPU_ISA": onednn})
+    hidden = [f for f in only_onednn.capped_instructions if f != "amx_tile"]
+    if not hidden:
         return None
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
-    return (f"TF_ENABLE_ONEDNN_OPTS=0: ONEDNN_MAX_CPU_ISA={cpu.isa_caps['ONEDNN_MAX_CPU_ISA']} hides "
-            f"{', '.join(cpu.capped_instructions)} from oneDNN, and TensorFlow's oneDNN kernels would crash")
+    environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
+    return (f"TF_ENABLE_ONEDNN_OPTS=0: ONEDNN_MAX_CPU_ISA={onednn} hides {', '.join(hidden)} from oneDNN, "
+            "and TensorFlow's oneDNN kernels would crash")
 
 
 def _probe_tensorflow():
