@@ -86,10 +86,31 @@ def test_files_that_are_not_evidence_are_refused(tmp_path):
         evidence.load(tmp_path / "missing.json")
     with pytest.raises(ValueError, match="no evidence folder"):
         evidence.stored(tmp_path / "nowhere")
-    with pytest.raises(ValueError, match="unknown evidence kind"):
+    with pytest.raises(ValueError, match="unknown kind 'profile'"):
         evidence.document("profile", [], command="", complete=True, machine={})
     with pytest.raises(ValueError, match="a JSON object"):
         evidence.check([])
+    with pytest.raises(ValueError, match="is a folder"):
+        evidence.load(tmp_path)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: evidence.document("bench", 5, command="", complete=True, machine={}), "records must be a list"),
+    (lambda: evidence.document("bench", [], command=None, complete=True, machine={}), "command must be"),
+    (lambda: evidence.write("", {}), "path must be a non-empty file path"),
+    (lambda: evidence.summary(["fp16"]), "evidence must be a list of Evidence"),
+    (lambda: evidence.reference_table("zz"), "evidence must be a list of Evidence"),
+    (lambda: evidence.reference_table(models=5), "models must be a name or a list of names"),
+    (lambda: evidence.stored(5), "folder must be a folder path"),
+])
+def test_bad_arguments_are_named_in_the_message(call, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        call()
+
+
+def test_one_name_is_not_split_into_letters():
+    table = evidence.reference_table(models="mlp", precisions="bf16")
+    assert {row[2] for row in table.rows} <= {"mlp"} and {row[3] for row in table.rows} <= {"bf16"}
 
 
 def test_docstring_examples_run():

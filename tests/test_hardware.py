@@ -571,3 +571,9 @@ def test_tensorflow_environment_turns_onednn_off_only_where_its_cap_hides_16_bit
     assert env.get("TF_ENABLE_ONEDNN_OPTS") == ("0" if changed else environ.get("TF_ENABLE_ONEDNN_OPTS"))
     if changed:
         assert note.startswith("TF_ENABLE_ONEDNN_OPTS=0: ONEDNN_MAX_CPU_ISA=AVX2 hides avx512_bf16")
+
+
+@pytest.mark.parametrize("caps", [None, "AVX2", [("ONEDNN_MAX_CPU_ISA", "AVX2")], {"ONEDNN_MAX_CPU_ISA": 2}])
+def test_isa_cap_level_wants_a_mapping_of_knobs_to_levels(caps):
+    with pytest.raises(TypeError, match="caps must be a mapping of knob names to levels"):
+        hardware.isa_cap_level(caps)

@@ -15,6 +15,10 @@ _ENGINES = {"torch": "labkit.distributed.torch_dist", "jax": "labkit.distributed
 
 def run(config):
     """Run `config` (devices > 1) on its framework's distributed engine."""
+    from labkit.train.config import RunConfig
+
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"config must be a RunConfig; got {type(config).__name__}")
     if config.devices < 2:
         raise ValueError("labkit.distributed.run is for devices >= 2; labkit.train.run handles one device")
     try:

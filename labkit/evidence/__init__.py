@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from labkit import _validate
 from labkit.formats.table import Table
 
 FORMAT, VERSION = "labkit-evidence", 1
@@ -88,8 +89,11 @@ def _versions() -> dict:
 def document(kind: str, records: list, *, command: str, complete: bool, machine: dict | None = None,
              date: str | None = None) -> dict:
     """An evidence document of `records` measured on this machine (or on `machine`)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown evidence kind {kind!r}; choose from {', '.join(KINDS)}")
+    kind = _validate.choice("kind", kind, KINDS)
+    if not isinstance(records, (list, tuple)):
+        raise TypeError(f"records must be a list of records (dicts); got {type(records).__name__}")
+    if not isinstance(command, str):
+        raise TypeError(f"command must be the command line that measured the records (a string); got {command!r}")
     return {"format": FORMAT, "version": VERSION, "kind": kind,
             "date": date or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "complete": bool(complete), "machine": describe_machine() if machine is None else machine, "versions": _versions(), "records": list(records)}
@@ -97,7 +101,7 @@ def document(kind: str, records: list, *, command: str, complete: bool, machine:
 
 def write(path, doc: dict) -> None:
     """Write `doc` to `path` at once: a reader (or a killed run) never sees half a file."""
-    path = Path(path)
+    path = Path(_validate.out_path("path", path))
     check(doc, str(path))
     fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -177,11 +181,15 @@ class Evidence:
 
 def load(path) -> Evidence:
     """Read and check one evidence file."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise TypeError(f"path must be the path of an evidence file (str or os.PathLike); got {path!r}")
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise ValueError(f"no evidence file at {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"path {str(path)!r} is a folder; give an evidence file (stored() reads a folder)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not JSON ({exc})") from None
     return Evidence(str(path), check(doc, str(path)))
@@ -189,6 +197,8 @@ def load(path) -> Evidence:
 
 def stored(folder=None) -> list[Evidence]:
     """Every evidence file in `folder` (default: the one shipped with labkit), oldest first."""
+    if folder is not None and not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"folder must be a folder path or None (the stored evidence); got {folder!r}")
     folder = STORED if folder is None else Path(folder)
     if not folder.is_dir():
         raise ValueError(f"no evidence folder at {folder}")
@@ -197,9 +207,20 @@ def stored(folder=None) -> list[Evidence]:
 
 
 # -- showing ----------------------------------------------------------------------------------
+def _evidence_list(evidence) -> list[Evidence]:
+    if evidence is None:
+        return stored()
+    if isinstance(evidence, Evidence):
+        return [evidence]
+    if not isinstance(evidence, (list, tuple)) or not all(isinstance(e, Evidence) for e in evidence):
+        raise TypeError("evidence must be a list of Evidence (from load() or stored()), or None for the stored "
+                        f"evidence; got {_validate.shown(evidence)}")
+    return list(evidence)
+
+
 def summary(evidence: list[Evidence] | None = None) -> str:
     """One line (two at most) on what is stored: how many accelerator and CPU documents."""
-    evidence = stored() if evidence is None else evidence
+    evidence = _evidence_list(evidence)
     gpu = [e for e in evidence if e.accelerator]
     cpu = [e for e in evidence if not e.accelerator]
     if not gpu:
@@ -217,7 +238,9 @@ def reference_table(evidence: list[Evidence] | None = None, *, models=None, prec
     """The stored bench records as labelled reference rows: a letter per document in the
     "machine" column, and in the title what each letter was measured on and when; then the
     figures (ms per step, the speed-up over fp32 in the same run)."""
-    evidence = stored() if evidence is None else evidence
+    evidence = _evidence_list(evidence)
+    models = None if models is None else _validate.names("models", models)
+    precisions = None if precisions is None else _validate.names("precisions", precisions)
     rows, legend = [], []
     for letter, e in zip("ABCDEFGHIJKLMNOPQRSTUVWXYZ", evidence):
         legend.append(f"{letter} = {e.label}")

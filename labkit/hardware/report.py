@@ -72,6 +72,9 @@ def isa_cap_level(caps: Mapping[str, str]) -> str | None:
     >>> isa_cap_level({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "ATEN_CPU_CAPABILITY": "AVX2"})
     'avx2'
     """
+    if not isinstance(caps, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in caps.items()):
+        raise TypeError(f"caps must be a mapping of knob names to levels (strings), e.g. "
+                        f"{{'ONEDNN_MAX_CPU_ISA': 'AVX2'}}; got {type(caps).__name__}")
     levels = [CAP_VALUES.get(k, {}).get(v.upper()) for k, v in caps.items()]
     known = [lv for lv in levels if lv is not None]
     return min(known, key=ISA_LEVELS.index) if known else None

@@ -29,3 +29,11 @@ def test_bad_input_gets_a_clear_message():
         report.step_time_table([by_hand()])
     with pytest.raises(ValueError, match="RunResult of a DeepSpeed run"):
         report.zero_memory_table(by_hand(2, "fsdp"))
+
+
+@pytest.mark.parametrize("config", [None, "torch", {"framework": "torch", "devices": 2}])
+def test_distributed_run_wants_a_run_config(config):
+    from labkit import distributed
+
+    with pytest.raises(TypeError, match="config must be a RunConfig"):
+        distributed.run(config)
