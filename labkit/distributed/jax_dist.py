@@ -52,7 +52,7 @@ import numpy as np
 from labkit.distributed import _wait, check_engine
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed, StepOut
-from labkit.train.result import RunResult
+from labkit.train.result import LogWriteFailed, RunResult, append_end_line
 
 AXIS = "data"
 REDUCE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -372,8 +372,10 @@ def _run_here(config: RunConfig) -> RunResult:
     if made and made[0]._compiled is not None:
         result.extra = made[0].extra()
         if config.out:  # the log carries the extras too: RunResult.load reads them back
-            with open(config.out, "a") as f:
-                f.write(json.dumps({"kind": "end", "status": result.status, "extra": result.extra}) + "\n")
+            try:
+                append_end_line(config.out, result.status, result.extra)
+            except LogWriteFailed as exc:
+                raise RunFailed(f"the run finished, but {exc}", result) from exc
     return result
 
 

@@ -53,7 +53,7 @@ from pathlib import Path
 from labkit.distributed import _wait, check_engine
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
-from labkit.train.result import RunResult
+from labkit.train.result import LogWriteFailed, RunResult, append_end_line
 
 REDUCE_TF_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _ERROR_TAG = "labkit-tf-dist-error:"
@@ -385,8 +385,11 @@ def _train_to_file(config: RunConfig, strategy, overflow_replica: int) -> int:
     except RunFailed as exc:
         print(f"labkit: {exc}", file=sys.stderr)
     if "stepper" in holder and holder["stepper"].collectives is not None:
-        with open(config.out, "a") as f:  # RunResult.load takes `extra` from this second end line
-            f.write(json.dumps({"kind": "end", "status": status, "extra": holder["stepper"].extra()}) + "\n")
+        try:  # RunResult.load takes `extra` from this second end line
+            append_end_line(config.out, status, holder["stepper"].extra())
+        except LogWriteFailed as exc:
+            print(f"labkit: {exc}", file=sys.stderr)
+            code = 1
     return code
 
 

@@ -21,14 +21,22 @@ update smaller than half a bf16 ulp of the weight is rounded away.
 >>> RunConfig("torch", "fp8")
 Traceback (most recent call last):
 ...
-ValueError: unknown precision 'fp8'; choose one of fp32, tf32, fp16, bf16, bf16-pure
+ValueError: unknown precision 'fp8'; choose one of 'fp32', 'tf32', 'fp16', 'bf16', 'bf16-pure'
+>>> RunConfig("tf", lr=10**400)
+Traceback (most recent call last):
+...
+ValueError: lr must be a finite number > 0 and < 3.40282e+38; got an integer of 401 digits
 """
 
 from __future__ import annotations
 
 import dataclasses
-import numbers
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from labkit._validate import choice, integer, number, shown
+from labkit.train.models import transformer_shape
 
 FRAMEWORKS = ("torch", "jax", "tf")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16-pure")
@@ -41,16 +49,24 @@ REDUCE_DTYPES = ("fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "gpu", "tpu")
 
 
-def _choice(field: str, value, allowed) -> None:
-    if not isinstance(value, str) or value not in allowed:
-        raise ValueError(f"unknown {field} {value!r}; choose one of {', '.join(allowed)}")
+FLOAT32_MAX = float.fromhex("0x1.fffffeP127")  # 3.4e38: the frameworks hold lr and the loss scale in float32
+MAX_BATCH_SIZE = 2**20  # far past any batch here; beyond it one batch's index array alone is gigabytes
+MAX_WIDTH = 2**16  # an MLP this wide already holds 2**32 weights (17 GB in fp32)
 
 
-def _positive_int(field: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{field} must be a whole number, got {type(value).__name__} {value!r}")
-    if value < 1:
-        raise ValueError(f"{field} must be at least 1, got {value}")
+def _positive(field: str, value, *, optional: bool = False) -> float | None:
+    """A finite number > 0 that float32 can hold (None allowed if `optional`)."""
+    if value is None and optional:
+        return None
+    return number(field, value, minimum=0, maximum=FLOAT32_MAX, inclusive=False)
+
+
+def _steps(value, steps: int) -> tuple[int, ...]:
+    """inject_overflow: a list of step numbers in 0 .. steps - 1 (a lone number is refused, not iterated)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) or isinstance(value, Mapping):
+        raise TypeError(f"inject_overflow must be a list of step numbers (0-based), e.g. (3,) or [3, 4]; "
+                        f"got {type(value).__name__} {shown(value)}")
+    return tuple(integer("inject_overflow step", s, minimum=0, maximum=steps - 1) for s in value)
 
 
 @dataclass(frozen=True)
@@ -65,17 +81,20 @@ class RunConfig:
       dataset: "digits" (scikit-learn's 8x8 handwritten digits, shipped with the package)
         or "synthetic" (random inputs and labels of the same shapes, for throughput).
       steps: optimizer steps (each one batch).
-      batch_size, lr, seed: as usual; the same seed gives the same initial weights and
+      batch_size, lr, seed: as usual (batch_size up to 2**20; lr, like init_scale, a finite
+        number > 0 that float32 holds); the same seed gives the same initial weights and
         batch order in every framework.
       device: "auto" (the best accelerator present, else the CPU), "cpu", "cuda"/"gpu", "tpu".
       optimizer: "adam" (AdamW without weight decay) or "sgd".
       clip_norm: clip the global gradient norm to this (None: no clipping). Clipping
         happens on the unscaled gradients, as GradScaler's ``unscale_`` order requires.
-      width: hidden width of the MLP / model width of the transformer (None: default).
+      width: hidden width of the MLP / model width of the transformer (None: default; at most
+        2**16; the transformer's a multiple of its 4 heads).
       init_scale: the initial loss scale for fp16 (None: the framework's default).
-      inject_overflow: steps (0-based) at which one gradient is set to inf, to watch the
-        scaler skip the step and back off. fp16 only -- and bf16 under DeepSpeed (zero1/zero2),
-        whose bf16 optimizer also checks for overflow and skips the step.
+      inject_overflow: a list of steps (0-based), e.g. ``(3, 4)``, at which one gradient is
+        set to inf, to watch the scaler skip the step and back off. fp16 only -- and bf16
+        under DeepSpeed (zero1/zero2), whose bf16 optimizer also checks for overflow and
+        skips the step.
       devices: how many devices (or, for PyTorch, processes) share each step; > 1 runs the
         framework's own distributed engine (labkit.distributed): torch DDP / FSDP2 under torchrun
         (gloo on CPUs, nccl on GPUs), a jax.sharding mesh (virtual CPU devices here), a
@@ -86,7 +105,9 @@ class RunConfig:
         optimizer states -- stage 2: also gradients -- sharded; needs ``labkit[deepspeed]``).
       reduce_dtype: the dtype gradients are reduced in across devices (None: the
         framework's default for the precision): "fp32", "bf16", "fp16".
-      out: a path; every finished step is appended to it as a JSON line as the run goes.
+      out: a path (None: nothing written). The run checks it and writes the log's header
+        there as it starts, before building the model; every finished step is then appended
+        as a JSON line (see `labkit.train.result`). Missing folders are made.
       progress: show a tqdm progress bar (tqdm.auto: a widget in notebooks, text in terminals).
     """
 
@@ -111,36 +132,37 @@ class RunConfig:
     progress: bool = True
 
     def __post_init__(self):
-        _choice("framework", self.framework, FRAMEWORKS)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("model", self.model, MODELS)
-        _choice("dataset", self.dataset, DATASETS)
-        _choice("optimizer", self.optimizer, OPTIMIZERS)
-        _choice("device", self.device, DEVICES)
-        _positive_int("steps", self.steps)
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("devices", self.devices)
-        _choice("parallel", self.parallel, PARALLEL)
+        for field, allowed in (("framework", FRAMEWORKS), ("precision", PRECISIONS), ("model", MODELS),
+                               ("dataset", DATASETS), ("optimizer", OPTIMIZERS), ("device", DEVICES),
+                               ("parallel", PARALLEL)):
+            choice(field, getattr(self, field), allowed)
         if self.reduce_dtype is not None:
-            _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
-        if self.batch_size % self.devices:
-            raise ValueError(f"batch_size {self.batch_size} must divide evenly over {self.devices} devices")
+            choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        values = {field: integer(field, getattr(self, field), minimum=1) for field in ("steps", "devices")}
+        values["batch_size"] = integer("batch_size", self.batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
+        values["seed"] = integer("seed", self.seed, minimum=0)
         if self.width is not None:
-            _positive_int("width", self.width)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
-            raise ValueError(f"seed must be a whole number >= 0, got {self.seed!r}")
-        for field in ("lr", "clip_norm", "init_scale"):
-            value = getattr(self, field)
-            if value is None and field != "lr":
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise TypeError(f"{field} must be a number, got {type(value).__name__} {value!r}")
-            if not value > 0 or value == float("inf"):
-                raise ValueError(f"{field} must be a finite number > 0, got {value!r}")
-        steps = tuple(self.inject_overflow)
-        if any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 0 <= s < self.steps for s in steps):
-            raise ValueError(f"inject_overflow must list step numbers in 0 .. {self.steps - 1}, got {steps!r}")
-        object.__setattr__(self, "inject_overflow", steps)
+            values["width"] = integer("width", self.width, minimum=1, maximum=MAX_WIDTH)
+            if self.model == "transformer":
+                transformer_shape(self.width)  # its heads must divide it
+        if values["batch_size"] % values["devices"]:
+            raise ValueError(f"batch_size {self.batch_size} must divide evenly over {self.devices} devices")
+        values.update(lr=_positive("lr", self.lr), clip_norm=_positive("clip_norm", self.clip_norm, optional=True),
+                      init_scale=_positive("init_scale", self.init_scale, optional=True),
+                      inject_overflow=_steps(self.inject_overflow, values["steps"]))
+        if self.out is not None:  # only its type here: a log is loaded on machines where the path is not
+            if not isinstance(self.out, (str, os.PathLike)) or not isinstance(os.fspath(self.out), str):
+                raise TypeError(f"out must be None or a file path (str or os.PathLike); got "
+                                f"{type(self.out).__name__} {shown(self.out)}")
+            if not os.fspath(self.out).strip():
+                raise ValueError(f"out must be None or a non-empty file path; got {self.out!r}")
+            values["out"] = os.fspath(self.out)
+        if not isinstance(self.progress, bool):
+            raise TypeError(f"progress must be True or False; got {type(self.progress).__name__} "
+                            f"{shown(self.progress)}")
+        for field, value in values.items():
+            object.__setattr__(self, field, value)
+        steps = self.inject_overflow
         zero = self.parallel.startswith("zero")
         if zero and self.framework != "torch":
             raise ValueError(f"parallel={self.parallel!r} is DeepSpeed ZeRO, which runs PyTorch models; "
@@ -165,10 +187,13 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
+        """The config `to_dict` wrote (e.g. the header of a run log)."""
+        if not isinstance(d, Mapping):
+            raise TypeError(f"RunConfig.from_dict takes a dict of fields; got {type(d).__name__} {shown(d)}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown RunConfig fields {sorted(unknown)}; known: {', '.join(sorted(known))}")
-        d = dict(d)
-        d["inject_overflow"] = tuple(d.get("inject_overflow", ()))
+            raise ValueError(f"unknown RunConfig fields {sorted(map(str, unknown))}; known: {', '.join(sorted(known))}")
+        if "framework" not in d:
+            raise ValueError("RunConfig.from_dict: the dict has no 'framework' key (torch, jax or tf)")
         return cls(**d)

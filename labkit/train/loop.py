@@ -6,7 +6,8 @@
     for step in range(config.steps):
         x, y = next(batches)                       same order in every framework
         out  = stepper.step(x, y, inject)          one optimizer step, device-synchronised
-        record(out)                                appended to config.out at once
+        record(out)                                appended to config.out at once (its header
+                                                   went there before the model was built)
         if out.loss is not finite: stop, "diverged"
     metric = stepper.evaluate(test set)
 
@@ -25,7 +26,7 @@ import numpy as np
 
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset, batches, load
-from labkit.train.result import Recorder, RunResult
+from labkit.train.result import LogWriteFailed, Recorder, RunResult
 
 
 @dataclass(frozen=True)
@@ -67,13 +68,31 @@ class RunFailed(RuntimeError):
 
 
 def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Stepper]) -> RunResult:
-    data = load(config.dataset, seed=config.seed)
-    stepper = make_stepper(config, data)  # raises before any work for an unusable config
-    rec = Recorder(config, stepper.device)
-    feed = batches(data, config.batch_size, seed=config.seed)
-    inject = set(config.inject_overflow)
-    bar = progress_bar(config)
+    """Run the loop above; raises `RunFailed` (holding every finished step) if anything fails.
+
+    ``config.out`` is checked, opened and given its header first, before any model is built: a
+    bad path is a ValueError/TypeError naming it. If `make_stepper` refuses the config (or fails),
+    its error is raised as it is and the log is removed: nothing ran.
+    """
+    if not isinstance(config, RunConfig):
+        raise TypeError(f"train() takes a RunConfig, got {type(config).__name__}")
     try:
+        rec = Recorder(config)  # the header is on disk from here on
+    except LogWriteFailed as exc:
+        raise RunFailed(f"the run failed before its first step: {exc}",
+                        RunResult(config=config, status="failed", error=_describe(exc))) from exc
+    try:
+        data = load(config.dataset, seed=config.seed)
+        stepper = make_stepper(config, data)  # raises before any work for an unusable config
+    except BaseException:
+        rec.discard()
+        raise
+    bar = None
+    try:
+        rec.start(stepper.device)
+        feed = batches(data, config.batch_size, seed=config.seed)
+        inject = set(config.inject_overflow)
+        bar = progress_bar(config)
         for i in range(config.steps):
             x, y = next(feed)
             start = time.perf_counter()
@@ -90,13 +109,17 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
         return rec.end("ok", metric={"name": "accuracy", "value": accuracy}, memory=stepper.memory(),
                        extra=_extra(stepper))
     except KeyboardInterrupt:
-        return rec.end("interrupted")
+        return rec.end("interrupted")  # never raises: a log without its end line reads as interrupted
     except Exception as exc:
-        result = rec.end("failed", error=f"{type(exc).__name__}: {exc}")
+        result = rec.end("failed", error=_describe(exc))  # never raises, even when the disk is full
         raise RunFailed(f"the run failed after {result.steps_done} steps: {exc}", result) from exc
     finally:
         if bar is not None:
             bar.close()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _extra(stepper) -> dict:

@@ -1,11 +1,13 @@
 """What a run produced: one `RunResult` schema for every framework, written as it goes.
 
-A run appends JSON lines to its ``out`` file: a header line, one line per finished step,
-and a closing line. If the process dies midway (a kernel restart, a Colab disconnect),
-`RunResult.load` rebuilds every finished step from the file and reports
-``status="interrupted"``.
+A run appends JSON lines to its ``out`` file: a header line, a start line, one line per
+finished step, and a closing line. If the process dies midway (a kernel restart, a Colab
+disconnect, a full disk), `RunResult.load` rebuilds every finished step from the file and
+reports ``status="interrupted"``; a last line cut short is left out. (Logs from labkit
+versions before the start line carry ``device`` in the header; they load the same way.)
 
-    {"kind": "header", "config": {...}, "device": "cpu (...)", "labkit": "0.1.0"}
+    {"kind": "header", "config": {...}, "labkit": "0.1.0"}           written as the run starts
+    {"kind": "start", "device": "cpu (...)"}                         the model is built
     {"kind": "step", "step": 0, "loss": 2.31, "time": 0.012, "scale": 65536.0, "skipped": false, "grad_norm": 1.7}
     ...
     {"kind": "end", "status": "ok", "metric": {"name": "accuracy", "value": 0.93}, "memory": {...}}
@@ -13,12 +15,16 @@ and a closing line. If the process dies midway (a kernel restart, a Colab discon
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field
+import stat
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from labkit._validate import choice, integer, out_path, shown
 from labkit.train.config import RunConfig
 
 STATUSES = ("ok", "diverged", "interrupted", "failed")
@@ -57,6 +63,11 @@ class RunResult:
     memory: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
+    def __post_init__(self):
+        if not isinstance(self.config, RunConfig):
+            raise TypeError(f"config must be a RunConfig; got {type(self.config).__name__} {shown(self.config)}")
+        choice("status", self.status, STATUSES)
+
     @property
     def steps_done(self) -> int:
         return len(self.losses)
@@ -67,6 +78,7 @@ class RunResult:
 
     def median_step_time(self, skip_first: int = 1) -> float:
         """Median step time, leaving out the first `skip_first` (compilation, warm-up)."""
+        skip_first = integer("skip_first", skip_first, minimum=0)
         times = sorted(self.step_times[skip_first:] or self.step_times)
         if not times:
             return math.nan
@@ -91,47 +103,129 @@ class RunResult:
 
     @classmethod
     def from_json(cls, text: str) -> "RunResult":
-        d = _str_to_float(json.loads(text))
+        """The result `to_json` wrote; a ValueError names what is missing or wrong."""
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise TypeError(f"text must be a RunResult's JSON (a str); got {type(text).__name__}")
+        try:
+            d = _str_to_float(json.loads(text))
+        except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+            raise ValueError(f"text is not JSON ({exc})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"text must hold a JSON object (a RunResult); got a {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        if "config" not in d:
+            raise ValueError("text is not a RunResult's JSON: the key 'config' is missing")
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"text has keys a RunResult does not: {sorted(unknown)}; "
+                             f"known: {', '.join(sorted(known))}")
         d["config"] = RunConfig.from_dict(d["config"])
+        for key in ("losses", "step_times", "grad_norms", "scales", "skipped"):
+            if not isinstance(d.get(key, []), list):
+                raise ValueError(f"text: {key!r} must be a list; got {shown(d[key])}")
         return cls(**d)
 
     @classmethod
     def load(cls, path) -> "RunResult":
-        """Rebuild a result from the JSON lines a run wrote, however far it got."""
-        lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-        if not lines or lines[0].get("kind") != "header":
-            raise ValueError(f"{path} is not a labkit run log: its first line is not a header")
-        head = lines[0]
-        res = cls(config=RunConfig.from_dict(head["config"]), device=head.get("device", ""))
-        for rec in map(_str_to_float, lines[1:]):
-            if rec["kind"] == "step":
-                res._add_step(rec)
-            elif rec["kind"] == "end":
-                for key in ("status", "diverged_step", "diverged_where", "error", "metric", "memory", "extra"):
-                    if key in rec:
-                        setattr(res, key, rec[key])
+        """Rebuild a result from the JSON lines a run wrote, however far it got.
+
+        A last line cut short (the process died, or the disk filled, while writing it) is
+        left out: the run loads as "interrupted" with every complete step. Any other line that
+        is not a labkit record is an error naming the line.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a file path (str or os.PathLike); got {type(path).__name__} {shown(path)}")
+        if os.path.isdir(path):
+            raise ValueError(f"path {os.fspath(path)!r} is a directory, not a run log")
+        if not os.path.isfile(path):
+            raise ValueError(f"path {os.fspath(path)!r}: no such file (give the `out` a run wrote)")
+        records = _read_records(Path(path))
+        if not records or records[0][1].get("kind") != "header" or not isinstance(records[0][1].get("config"), dict):
+            raise ValueError(f"{path} is not a labkit run log: its first line is not a header"
+                             if records else f"{path} is not a labkit run log: it holds no complete line (a run "
+                             "stopped before its header was written leaves such a file)")
+        head = records[0][1]
+        try:
+            res = cls(config=RunConfig.from_dict(head["config"]), device=head.get("device", ""))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}, line {records[0][0]}: the header's config is not valid: {exc}") from None
+        for number, rec in records[1:]:
+            rec = _str_to_float(rec)
+            kind = rec.get("kind")
+            try:
+                if kind == "step":
+                    res._add_step(rec)
+                elif kind == "start":
+                    res.device = rec["device"]
+                elif kind == "end":
+                    for key in ("status", "diverged_step", "diverged_where", "error", "metric", "memory", "extra"):
+                        if key in rec:
+                            setattr(res, key, rec[key])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ValueError(f"{path}, line {number}: a {kind!r} record that labkit cannot read "
+                                 f"({type(exc).__name__}: {exc})") from None
+        if res.status not in STATUSES:
+            raise ValueError(f"{path}: status must be one of {', '.join(STATUSES)}; got {shown(res.status)}")
         return res
 
     def _add_step(self, rec: dict) -> None:
-        self.losses.append(rec["loss"])
-        self.step_times.append(rec["time"])
-        self.grad_norms.append(rec["grad_norm"])
-        if rec.get("scale") is not None:
-            self.scales.append(rec["scale"])
+        loss, time, norm = float(rec["loss"]), float(rec["time"]), float(rec["grad_norm"])
+        scale = None if rec.get("scale") is None else float(rec["scale"])
+        self.losses.append(loss)
+        self.step_times.append(time)
+        self.grad_norms.append(norm)
+        if scale is not None:
+            self.scales.append(scale)
         self.skipped.append(bool(rec.get("skipped", False)))
 
 
-class Recorder:
-    """Collects a RunResult and mirrors every record to a JSON-lines file, flushed per line."""
+def _read_records(path: Path) -> list[tuple[int, dict]]:
+    """(line number, record) for every complete line; a torn last line is dropped."""
+    lines = [(i, line) for i, line in enumerate(path.read_bytes().split(b"\n"), start=1) if line.strip()]
+    records = []
+    for k, (number, line) in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if k == len(lines) - 1:
+                break  # cut short while being written: the run stopped there
+            raise ValueError(f"{path}, line {number}: not a JSON line ({line[:60]!r}); only the last line of a "
+                             "run log may be cut short") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{path}, line {number}: not a labkit record (a JSON object); got {shown(rec)}")
+        records.append((number, rec))
+    return records
 
-    def __init__(self, config: RunConfig, device: str):
-        self.result = RunResult(config=config, device=device)
-        self._file = None
-        if config.out:
-            path = Path(config.out)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = path.open("w")
-        self._write({"kind": "header", "config": config.to_dict(), "device": device, "labkit": _version()})
+
+class Recorder:
+    """Collects a RunResult and mirrors every record to the JSON-lines file ``config.out``.
+
+    The file is checked and opened (a run starts its log afresh), and its header written, when
+    the Recorder is made: before any model is built, so a run killed while it starts up leaves
+    a log that loads as "interrupted" with 0 steps. `start` adds the device once the stepper knows it. Each line is
+    written whole with ``os.write`` and fsynced. If a write fails (a full disk, a file-size
+    limit), the part of the line that got through is cut off again, the file is closed, and
+    `LogWriteFailed` is raised: the result in memory keeps every step.
+    """
+
+    def __init__(self, config: RunConfig):
+        self.result = RunResult(config=config)
+        self.path = None if config.out is None else log_path(config.out)
+        self._fd = None
+        self._size = 0  # bytes of complete lines in the file
+        self._regular = False  # a plain file (not /dev/stdout, a pipe ...): the only kind discard() removes
+        if self.path is not None:
+            try:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+            except OSError as exc:
+                raise ValueError(f"out {self.path!r} cannot be opened for writing: {exc.strerror}") from None
+            self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+        self._write({"kind": "header", "config": config.to_dict(), "labkit": _version()})
+
+    def start(self, device: str) -> None:
+        """The stepper is built: record where the run goes on."""
+        self.result.device = device
+        self._write({"kind": "start", "device": device})
 
     def step(self, loss: float, time: float, grad_norm: float, scale: float | None, skipped: bool) -> None:
         rec = {"kind": "step", "step": self.result.steps_done, "loss": float(loss), "time": float(time),
@@ -141,22 +235,101 @@ class Recorder:
         self._write(rec)
 
     def end(self, status: str, **fields) -> RunResult:
+        """Close the run with `status`. The closing line is the last word only for "ok" and
+        "diverged": a failed or interrupted run whose end line cannot be written still loads as
+        "interrupted", so that write failure is not raised (the result in memory has it all)."""
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {status!r}")
         self.result.status = status
         for key, value in fields.items():
             setattr(self.result, key, value)
-        self._write({"kind": "end", "status": status, **fields})
-        if self._file:
-            self._file.close()
-            self._file = None
+        try:
+            self._write({"kind": "end", "status": status, **fields})
+        except LogWriteFailed:
+            if status in ("ok", "diverged"):
+                raise
+        self.close()
         return self.result
 
+    def discard(self) -> None:
+        """Nothing ran (the config was refused while the stepper was built): remove the log."""
+        self.close()
+        if self._regular:
+            with contextlib.suppress(OSError):
+                os.remove(self.path)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
     def _write(self, rec: dict) -> None:
-        if self._file:
-            self._file.write(json.dumps(_finite_or_str(rec)) + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        if self._fd is None:
+            return
+        data = (json.dumps(_finite_or_str(rec)) + "\n").encode()
+        try:
+            left = memoryview(data)
+            while left:  # a write may take only part of the line (a file-size limit, a full disk)
+                left = left[os.write(self._fd, left):]
+            if rec["kind"] != "step":  # a step line is in the kernel's cache once written (a killed run
+                _fsync(self._fd)       # keeps it); syncing each would cost milliseconds per step
+        except OSError as exc:
+            if self._regular:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, self._size)  # drop the torn part: shrinking needs no space
+            self.close()
+            raise LogWriteFailed(f"could not write the run log {self.path!r} ({exc.strerror or exc}); "
+                                 f"nothing more is written to it") from exc
+        self._size += len(data)
+
+
+class LogWriteFailed(OSError):
+    """Writing a line of the run log failed (ENOSPC, EFBIG ...); the file keeps the complete lines."""
+
+
+def append_end_line(path, status: str, extra: dict) -> None:
+    """Add a second "end" line carrying a distributed run's `extra` (RunResult.load reads it back).
+
+    A failed write leaves the file ending in its last complete line and raises LogWriteFailed.
+    """
+    data = (json.dumps(_finite_or_str({"kind": "end", "status": status, "extra": extra})) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    size = os.fstat(fd).st_size
+    try:
+        left = memoryview(data)
+        while left:
+            left = left[os.write(fd, left):]
+        _fsync(fd)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise LogWriteFailed(f"could not write the run log {os.fspath(path)!r} ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+
+
+def log_path(out) -> str:
+    """`out` checked as a place to write a run log, as a str; missing folders are made.
+
+    A ValueError/TypeError names the path (`labkit._validate.out_path`'s checks).
+    """
+    path = os.fspath(out)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.lexists(parent):
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"out {path!r}: its folder {parent!r} cannot be made ({exc.strerror})") from None
+    return out_path("out", path)
+
+
+def _fsync(fd: int) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):  # a pipe or /dev/stdout: nothing to sync
+            raise
 
 
 def _version() -> str:
