@@ -2,7 +2,8 @@
 
 A learner types options and an overflow pattern as text; these functions read them
 (ValueError with a message on anything else) and run the preset. The widget in
-``labkit.widgets.scaling`` only copies the results into its controls.
+``labkit.widgets.scaling`` only copies the results into its controls. Numbers are read
+by ``labkit.widgets.parse.parse_number``, the parser of every widget's text box.
 
 >>> parse_pattern("..x.x").tolist()
 [False, False, True, False, True]
@@ -17,19 +18,27 @@ A learner types options and an overflow pattern as text; these functions read th
 from __future__ import annotations
 
 import math
+import numbers
 import re
 
+import numpy as np
+
+from labkit._validate import choice, integer, number, shown
 from labkit.scaling.registry import get_preset
 from labkit.scaling.trace import Trace, overflow_pattern, simulate
+from labkit.widgets.parse import parse_number
 
+MAX_STEPS = 100_000  # the longest pattern the playground replays and draws (in about a second)
 PATTERN_HELP = ("a drawing such as ....x...xx (x = overflow), or: random STEPS p=0.01 seed=0 | "
                 "every STEPS k=50 | burst STEPS start=20 length=10 | none STEPS")
-_INT = re.compile(r"[+-]?\d+")
+_INT = re.compile(r"[+-]?\d{1,18}")  # an integer typed as such (longer ones: read as numbers)
+_SETTINGS = {"random": ("p", "seed"), "every": ("k",), "burst": ("start", "length"), "none": ()}
 
 
 def option_kind(preset, name) -> str:
     """"bool", "int", "number" or "optional" (a number or None), from the default's type."""
-    default = get_preset(preset).defaults[name]
+    p = get_preset(preset)
+    default = p.defaults[choice(f"{p.name} option", name, p.defaults)]
     if isinstance(default, bool):
         return "bool"
     if default is None:
@@ -41,36 +50,30 @@ def format_default(value) -> str:
     """A default as the learner would type it: 65536.0 -> '2**16'."""
     if value is None or isinstance(value, bool):
         return str(value)
-    if value > 0:
+    if isinstance(value, numbers.Integral):  # exact, however large
+        value = int(value)
+        power = value > 0 and value & (value - 1) == 0 and value.bit_length() - 1 >= 4
+        return f"2**{value.bit_length() - 1}" if power else shown(value)
+    if number("value", value, finite=False) > 0:
         m, e = math.frexp(value)
         if m == 0.5 and abs(e - 1) >= 4:
             return f"2**{e - 1}"
     return str(value)
 
 
-_POWER = re.compile(r"([+-]?\d+(?:\.\d*)?)\s*(?:\*\*|\^)\s*([+-]?\d+)")
-
-
-def parse_number(text: str) -> float:
-    """'65536', '1e-3', '2**16', '2^-4' -> float."""
-    m = _POWER.fullmatch(text)
-    if m:
-        return float(m.group(1)) ** int(m.group(2))
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"type a number such as 65536, 1e-3, 2**16 or 2^-4; got {text!r}") from None
-
-
 def parse_option(preset, name, text):
-    """Read one option typed as text (numbers may be written 2**16, 1e-3, 2^-4)."""
+    """Read one option typed as text (numbers may be written 2**16, 1e-3, 2^-4).
+
+    Whether the value suits the option (e.g. a growth interval >= 1) is checked by
+    ``simulate``, with the option's name in the message.
+    """
     kind = option_kind(preset, name)
     if kind == "bool":
         if isinstance(text, bool):
             return text
         if str(text).strip().lower() in ("true", "false"):
             return str(text).strip().lower() == "true"
-        raise ValueError(f"{name} must be True or False; got {text!r}")
+        raise ValueError(f"{name} must be True or False; got {shown(text)}")
     text = str(text).strip()
     if kind == "optional" and text.lower() in ("none", ""):
         return None
@@ -85,28 +88,43 @@ def parse_option(preset, name, text):
     return value
 
 
-def parse_pattern(text: str):
-    """An overflow pattern from one line of text (see PATTERN_HELP)."""
+def parse_pattern(text: str) -> np.ndarray:
+    """An overflow pattern from one line of text (see PATTERN_HELP), at most MAX_STEPS steps.
+
+    Every message starts with the pattern as typed.
+    """
     if not isinstance(text, str):
         raise TypeError(f"the pattern must be text: {PATTERN_HELP}")
+    try:
+        return _pattern(text)
+    except ValueError as e:
+        raise ValueError(f"pattern {shown(text.strip())}: {e}") from None
+
+
+def _pattern(text: str) -> np.ndarray:
     compact = text.replace(" ", "")
     if compact and set(compact) <= {".", "x"}:
+        if len(compact) > MAX_STEPS:
+            raise ValueError(f"the playground draws at most {MAX_STEPS} steps; this drawing has {len(compact)}")
         return overflow_pattern(compact)
     words = text.split()
-    if not words or words[0] not in ("random", "every", "burst", "none"):
-        raise ValueError(f"cannot read the pattern {text!r}; type {PATTERN_HELP}")
+    if not words:
+        raise ValueError(f"the pattern is empty; type {PATTERN_HELP}")
+    if words[0] not in _SETTINGS:
+        raise ValueError(f"cannot read the pattern; type {PATTERN_HELP}")
     kind, rest = words[0], words[1:]
     if not rest or not _INT.fullmatch(rest[0]):
-        raise ValueError(f"give the number of steps after {kind!r}, e.g. '{kind} 200'")
-    steps, keys = int(rest[0]), {}
+        raise ValueError(f"give the number of steps after {kind!r}, 1 to {MAX_STEPS}, e.g. '{kind} 200'")
+    if int(rest[0]) > MAX_STEPS:
+        raise ValueError(f"the playground draws at most {MAX_STEPS} steps; got {rest[0]}")
+    steps, keys = integer("steps", int(rest[0]), minimum=1), {}
     for word in rest[1:]:
         key, sep, value = word.partition("=")
-        allowed = {"random": ("p", "seed"), "every": ("k",), "burst": ("start", "length"), "none": ()}[kind]
+        allowed = _SETTINGS[kind]
         if not sep or key not in allowed:
-            raise ValueError(f"{kind} takes {', '.join(k + '=...' for k in allowed) or 'no settings'}; got {word!r}")
-        keys[key] = float(value) if key == "p" else _int_setting(key, value)
-    if steps > 100_000:
-        raise ValueError(f"the playground draws at most 100000 steps; got {steps}")
+            raise ValueError(f"{kind} takes {', '.join(k + '=...' for k in allowed) or 'no settings'}; "
+                             f"got {shown(word)}")
+        keys[key] = _probability(value) if key == "p" else _whole(key, value, minimum=1 if key == "k" else 0)
     if kind == "random":
         return overflow_pattern("random", steps, p=keys.get("p", 0.01), seed=keys.get("seed", 0))
     if kind == "every":
@@ -116,21 +134,53 @@ def parse_pattern(text: str):
     return overflow_pattern("none", steps)
 
 
-def _int_setting(key, value) -> int:
+def _probability(value: str) -> float:
+    try:
+        return number("p", parse_number(value), minimum=0, maximum=1)
+    except ValueError:
+        raise ValueError(f"p must be a probability from 0 to 1, such as p=0.01; got {shown(value)}") from None
+
+
+def _whole(key: str, value: str, minimum: int) -> int:
     if not _INT.fullmatch(value):
-        raise ValueError(f"{key} must be a whole number; got {value!r}")
-    return int(value)
+        raise ValueError(f"{key} must be a whole number >= {minimum}, such as {key}=10; got {shown(value)}")
+    return integer(key, int(value), minimum=minimum)
+
+
+def read(preset, option_texts: dict, pattern_text: str) -> tuple[dict, np.ndarray]:
+    """The options and the overflow flags, parsed: what ``run`` simulates.
+
+    Any bad input: one ValueError that names every bad option, and the pattern if it is
+    bad, each with what was typed.
+    """
+    p = get_preset(preset)
+    if not isinstance(option_texts, dict):
+        raise TypeError(f"option_texts must be a dict {{option name: text}}; got {type(option_texts).__name__}")
+    options, errors = {}, []
+    for name, text in option_texts.items():
+        try:
+            options[name] = parse_option(p.name, name, text)
+        except (ValueError, TypeError) as e:
+            errors.append(str(e))
+    try:
+        flags = parse_pattern(pattern_text)
+    except (ValueError, TypeError) as e:
+        errors.append(str(e))
+    if errors:
+        raise ValueError("; ".join(errors))
+    return options, flags
 
 
 def run(preset, option_texts: dict, pattern_text: str) -> Trace:
-    """Parse the options and the pattern, then simulate (any bad input: ValueError/TypeError)."""
-    p = get_preset(preset)
-    options = {name: parse_option(p.name, name, text) for name, text in option_texts.items()}
-    return simulate(p.name, parse_pattern(pattern_text), **options)
+    """Parse the options and the pattern (see ``read``), then simulate."""
+    options, flags = read(preset, option_texts, pattern_text)
+    return simulate(get_preset(preset).name, flags, **options)
 
 
 def summary_html(trace: Trace) -> str:
     """A one-table HTML summary of a trace for the widget."""
+    if not isinstance(trace, Trace):
+        raise TypeError(f"summary_html() takes a Trace (from simulate); got {type(trace).__name__}")
     s = trace.summary()
     rows = [("steps", s["steps"]), ("overflows", s["overflows"]), ("updates skipped", s["skipped"]),
             ("inf/nan applied to the weights", s["poisoned"]), ("smallest scale", f"{s['min_scale']:g}"),

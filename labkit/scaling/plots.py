@@ -12,11 +12,17 @@ import math
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import PathPatch
+from matplotlib.path import Path
 
 from labkit import formats as lf
+from labkit._validate import integer, names, number, shown
+from labkit.scaling.fp8 import Fp8Trace
 from labkit.scaling.trace import _as_dict
 from labkit.scaling.underflow import DEFAULT_FORMATS, ScaleRange, _pow2, check_scale, fractions, gradient_values
 
+BEST_LEGEND_STEPS = 5_000  # up to this many steps in all, the legend goes where it hides least
+MAX_SPANS = 2000  # overflow runs shaded one by one; more are merged (see _shade_overflows)
 ZONE_COLORS = {"lost": "#9e9e9e", "subnormal": "#f4a261", "normal": "#2a9d8f", "overflow": "#e63946"}
 
 
@@ -36,6 +42,10 @@ def plot_traces(traces, ax=None, *, title: str | None = None, ceiling=None, band
       stacked: one row per trace (shared axes), so that rules that coincide stay visible.
     """
     items = _as_dict(traces)
+    if not items:
+        raise ValueError("traces is empty: give a Trace, a list of Traces or {label: Trace} (from simulate)")
+    ceiling = None if ceiling is None else _scales("ceiling", ceiling)
+    band = None if band is None else _band(band)
     if stacked:
         if ax is not None:
             raise ValueError("stacked=True draws its own rows; do not pass ax")
@@ -55,17 +65,20 @@ def plot_traces(traces, ax=None, *, title: str | None = None, ceiling=None, band
     ax.set_ylabel("log2(loss scale)")
     ax.set_title(title or "Loss scale per step (x: update skipped, o: inf/nan applied, shaded: overflow)",
                  fontsize=10)
-    ax.legend(fontsize=8, loc="best", ncol=2 if len(items) > 4 else 1)
+    ncol = 2 if len(items) > 4 else 1
+    if sum(len(t) for t in items.values()) <= BEST_LEGEND_STEPS:
+        ax.legend(fontsize=8, loc="best", ncol=ncol)
+    else:  # "best" tests every point against nine boxes: seconds at 10**5 steps. Outside, it hides nothing.
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), ncol=ncol)
     return fig
 
 
 def _draw_traces(ax, items, ceiling, band, color=None):
     overflows = [t.overflows for t in items.values()]
     if overflows and all(len(o) == len(overflows[0]) and np.array_equal(o, overflows[0]) for o in overflows):
-        for i in np.flatnonzero(overflows[0]):
-            ax.axvspan(i - 0.5, i + 0.5, color=ZONE_COLORS["overflow"], alpha=0.12, lw=0)
+        _shade_overflows(ax, overflows[0])
     if band is not None:
-        lo, hi = (band.lo, band.hi) if isinstance(band, ScaleRange) else band
+        lo, hi = band
         ax.axhspan(math.log2(lo), math.log2(hi), color=ZONE_COLORS["normal"], alpha=0.12,
                    label="scales that lose nothing")
     if ceiling is not None:
@@ -83,6 +96,64 @@ def _draw_traces(ax, items, ceiling, band, color=None):
             ax.annotate("stops: exception", (t.stopped_at, y[-1]), textcoords="offset points", xytext=(4, 4),
                         fontsize=7, color=ZONE_COLORS["overflow"])
     ax.grid(alpha=0.3)
+
+
+def _scales(name: str, values) -> np.ndarray:
+    """A 1-D sequence of scales > 0, one per step (inf: no limit), as float64."""
+    try:
+        a = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name} must be a sequence of numbers > 0, one per step; got {shown(values)}") from None
+    if a.ndim != 1 or a.size == 0 or not np.all(a > 0):  # NaN is not > 0
+        raise ValueError(f"{name} must be a 1-D sequence of numbers > 0 (inf: no limit), one per step; "
+                         f"got {shown(values)}")
+    return a
+
+
+def _band(band) -> tuple[float, float]:
+    """(lo, hi) of a ScaleRange, or a pair 0 < lo <= hi."""
+    if isinstance(band, ScaleRange):
+        return band.lo, band.hi
+    if not isinstance(band, (tuple, list)) or len(band) != 2:
+        raise TypeError(f"band must be a ScaleRange or a pair (lo, hi); got {shown(band)}")
+    lo = number("band's lo", band[0], minimum=0, inclusive=False)
+    return lo, number("band's hi", band[1], minimum=lo)
+
+
+def _xlim(xlim) -> tuple[float, float]:
+    if not isinstance(xlim, (tuple, list)) or len(xlim) != 2:
+        raise TypeError(f"xlim must be a pair (lo, hi) of log2 values; got {shown(xlim)}")
+    lo = number("xlim's lo", xlim[0])
+    return lo, number("xlim's hi", xlim[1], minimum=lo, inclusive=False)
+
+
+def _shade_overflows(ax, overflows) -> None:
+    """Shade every run of overflow steps, full height, as ONE artist (a PathPatch, gid "overflow").
+
+    One ``axvspan`` per overflow step made a 100,000-step pattern take minutes to draw; a
+    collection of rectangles is still slow to place the legend around (matplotlib tests
+    each rectangle in Python). Here each run of consecutive overflows is one closed
+    rectangle of a single compound path, built with numpy. Past MAX_SPANS runs, gaps
+    narrower than 1/MAX_SPANS of the steps (a fraction of a pixel) are closed, so that at
+    most about 2 * MAX_SPANS rectangles are drawn whatever the length.
+    """
+    flags = np.asarray(overflows, dtype=np.int8)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags, [0]))))
+    if edges.size == 0:
+        return
+    starts, stops = edges[::2], edges[1::2]  # a run covers steps starts[i] .. stops[i] - 1
+    if starts.size > MAX_SPANS:  # close the gaps too narrow to see: under 1/MAX_SPANS of the x axis
+        wide = starts[1:] - stops[:-1] >= flags.size / MAX_SPANS
+        starts, stops = starts[np.concatenate(([True], wide))], stops[np.concatenate((wide, [True]))]
+    x0, x1 = starts - 0.5, stops - 0.5
+    vertices = np.zeros((x0.size, 5, 2))
+    vertices[:, :, 0] = np.column_stack([x0, x0, x1, x1, x0])
+    vertices[:, :, 1] = [0, 1, 1, 0, 0]  # y in axes coordinates: bottom to top
+    codes = np.tile([Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY], x0.size)
+    shading = PathPatch(Path(vertices.reshape(-1, 2), codes), facecolor=ZONE_COLORS["overflow"], alpha=0.12,
+                        lw=0, gid="overflow", transform=ax.get_xaxis_transform())
+    ax.add_artist(shading)  # not add_patch: its limit update walks the path segment by segment
+    ax.update_datalim([(x0[0], 0), (x1[-1], 0)], updatey=False)
 
 
 def _new_figure(size):
@@ -123,13 +194,18 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
     histogram, one bar per format shows where its zones lie and what share of the values
     lands in each (computed by exact rounding, ``fractions``).
     """
+    fmts = [lf.get(f) for f in names("formats", formats)]
+    if not fmts:
+        raise ValueError("formats must name at least one format, e.g. ('fp16',)")
+    bins = integer("bins", bins, minimum=1)
+    xlim = None if xlim is None else _xlim(xlim)
     groups = _groups(values)
     pooled = np.concatenate([g.ravel() for g in groups.values()])
     s = check_scale(scale)
     nonzero = np.abs(pooled[pooled != 0])
     zeros = 1 - nonzero.size / pooled.size
-    x = np.log2(nonzero * s)
-    fmts = [lf.get(f) for f in formats]
+    log2_s = math.log2(s)  # added in the log domain: |g| * S itself may round to 0 (S = 2**-1074) or overflow
+    x = np.log2(nonzero) + log2_s
     if xlim is None:
         lo = min(x.min(), *(math.log2(f.smallest_subnormal) for f in fmts if f.exponent_bits < 8)) - 2
         hi = max(x.max(), *(math.log2(f.max) for f in fmts if f.exponent_bits < 8)) + 2
@@ -137,7 +213,7 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
     fig = _new_figure((9, 3.2 + 0.45 * len(fmts)))
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 0.45 * len(fmts) + 0.3])
     edges = np.linspace(*xlim, bins + 1)
-    data = [np.log2(np.abs(g[g != 0]) * s) for g in groups.values()]
+    data = [np.log2(np.abs(g[g != 0])) + log2_s for g in groups.values()]
     weights = [np.full(d.size, 100.0 / x.size) for d in data]
     colors = ["#457b9d", "#e9c46a", "#8ab17d", "#e76f51"]
     top.hist(data, bins=edges, weights=weights, stacked=True, label=list(groups),
@@ -178,6 +254,14 @@ def plot_fp8(traces: dict, *, title: str | None = None):
     ``traces``: {label: Fp8Trace}. The dotted line on the scale panel is the ideal,
     just-in-time scale ``fp8_max / amax`` of each label's own tensor.
     """
+    if not isinstance(traces, dict):
+        raise TypeError(f"traces must be a dict {{label: Fp8Trace}}; got {type(traces).__name__}")
+    if not traces:
+        raise ValueError("traces is empty: give {label: Fp8Trace}, e.g. {'delayed': fp8.delayed_scaling(xs)}")
+    for label, t in traces.items():
+        if not isinstance(t, Fp8Trace):
+            raise TypeError(f"traces must hold Fp8Trace objects (from fp8.delayed_scaling / current_scaling); "
+                            f"{label!r} is {type(t).__name__}")
     fig = _new_figure((9, 5.6))
     ax_scale, ax_sat, ax_und = fig.subplots(3, 1, sharex=True)
     for label, t in traces.items():

@@ -132,6 +132,10 @@ class _Row:
         (self.box.add_class if row.is_source else self.box.remove_class)("labkit-row-source")
 
 
+def _error(text: str) -> str:
+    return f"<span class='labkit-error' style='color:#C0392B'>⚠ {html.escape(text)}</span>"
+
+
 def _badge(flag: str) -> str:
     color = FLAG_COLORS.get(flag, "#555")
     return (f"<span class='labkit-flag labkit-flag-{flag}' style='background:{color};color:white;"
@@ -226,7 +230,11 @@ class FormatExplorer(widgets.VBox):
     def _flip(self, name: str, index: int) -> None:
         if self.view is None:  # nothing shown yet: there is no pattern to flip
             return
-        bits = flip_bit(name, self.view.row(name).bits, index)
+        try:
+            bits = flip_bit(name, self.view.row(name).bits, index)
+        except Exception as exc:  # noqa: BLE001 -- a widget shows a message, never a traceback
+            self.message.value = _error(f"{type(exc).__name__}: {exc}")
+            return
         self._set_quietly(self.pattern_format, name)
         self._set_quietly(self.text, f"0x{bits:0{(get(name).bits + 3) // 4}x}")
         self._update()
@@ -252,8 +260,7 @@ class FormatExplorer(widgets.VBox):
         except Exception as exc:  # noqa: BLE001 -- a widget shows a message, never a traceback
             view = ExplorerView(False, f"{type(exc).__name__}: {exc}", None, ())
         if not view.ok:
-            self.message.value = (f"<span class='labkit-error' style='color:#C0392B'>⚠ "
-                                  f"{html.escape(view.message)}</span>")
+            self.message.value = _error(view.message)
             return
         self.view = view
         self.message.value = f"<span class='labkit-info' style='color:#555'>{html.escape(view.message)}</span>"

@@ -142,13 +142,21 @@ def explorer_view(entry, pattern_format: str | FloatFormat = "fp16", names=None)
 
 
 def _message(e: Entry) -> str:
+    if e.is_pattern:  # its value is what the format says, an infinity or a NaN included
+        return f"{e.text} is {_article(e.format)} {e.format} bit pattern: {e.value!r}{_special(e.value)}"
     if math.isinf(e.value) and "inf" not in e.text.lower():
         return f"{e.text} is beyond float64's range (max {np.finfo(np.float64).max:.4g}): it reads as {e.value!r}"
-    if e.is_pattern:
-        return f"{e.text} is {_article(e.format)} {e.format} bit pattern: {e.value!r}"
     if math.isfinite(e.value) and repr(e.value) != e.text and e.text.lower().lstrip("+") != repr(e.value):
         return f"{e.text} = {e.value!r} (as a float64)"
     return f"{e.value!r}"
+
+
+def _special(value: float) -> str:
+    if math.isnan(value):
+        return " (not a number)"
+    if math.isinf(value):
+        return " (+infinity)" if value > 0 else " (-infinity)"
+    return ""
 
 
 def _article(name: str) -> str:

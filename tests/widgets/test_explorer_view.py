@@ -1,5 +1,7 @@
 """The explorer's state -> view step: every string the widget shows, computed and checked."""
 
+import doctest
+
 import numpy as np
 import pytest
 
@@ -80,6 +82,20 @@ def test_hex_pattern_in_the_chosen_format_is_the_source_row():
     assert [r.format for r in v.rows if r.is_source] == ["fp16"]
     assert all(r.value_text == "1.0" and r.flags == ("exact",) for r in v.rows)
     assert v.row("bf16").hex == "0x3f80"
+
+
+@pytest.mark.parametrize("text, fmt, message", [
+    ("0x7c00", "fp16", "0x7c00 is an fp16 bit pattern: inf (+infinity)"),
+    ("0xfc00", "fp16", "0xfc00 is an fp16 bit pattern: -inf (-infinity)"),
+    ("0x7f800000", "fp32", "0x7f800000 is an fp32 bit pattern: inf (+infinity)"),
+    ("0xff800000", "fp32", "0xff800000 is an fp32 bit pattern: -inf (-infinity)"),
+    ("0x7e00", "fp16", "0x7e00 is an fp16 bit pattern: nan (not a number)"),
+    ("0x7f", "fp8_e4m3", "0x7f is an fp8_e4m3 bit pattern: nan (not a number)"),
+])
+def test_a_pattern_that_is_an_infinity_or_a_nan_of_its_format_says_so(text, fmt, message):
+    v = explorer_view(text, pattern_format=fmt)
+    assert v.ok and v.message == message and "beyond" not in v.message
+    assert v.row(fmt).is_source and v.row(fmt).value_text == message.split(": ")[1].split(" ")[0]
 
 
 def test_0x7f_is_the_nan_of_fp8_e4m3():
@@ -184,3 +200,9 @@ def test_view_is_a_value():
     with pytest.raises(AttributeError):
         v.ok = False
     assert v.entry.value == 1.0 and not v.entry.is_pattern
+
+
+def test_the_doc_examples_run():
+    from labkit.widgets import explorer_view as module
+
+    assert doctest.testmod(module).failed == 0

@@ -1,11 +1,13 @@
 """What a learner may type into the explorer, and the messages for what it cannot read."""
 
+import doctest
 import math
 
 import pytest
 
 import labkit.formats as lf
-from labkit.widgets.parse import MAX_LENGTH, parse_entry
+from labkit.widgets import parse
+from labkit.widgets.parse import MAX_LENGTH, parse_entry, parse_number
 
 
 @pytest.mark.parametrize("text, value", [
@@ -83,6 +85,10 @@ def test_bit_patterns_are_read_in_the_chosen_format(text, fmt, bits, value):
     ("0**-1", "fp16", "division by zero"),
     ("(-8)**(1/3)", "fp16", "not a real number"),
     ("0x1.gp3", "fp16", "type a number"),
+    ("0x_", "fp16", "'0x_' has no digits: a bit pattern is 0x then hex digits, as in 0x3c00"),
+    ("0x", "fp16", "'0x' has no digits"),
+    ("0b", "fp16", "'0b' has no digits: a bit pattern is 0b then 0s and 1s"),
+    ("0xZZ", "fp16", "'0xZZ' is not a number: type a number"),
     ("1" * (MAX_LENGTH + 1), "fp16", "at most"),
     ("(" * 150 + "1" + ")" * 49, "fp16", "."),
 ])
@@ -96,3 +102,67 @@ def test_non_text_and_unknown_formats_raise():
         parse_entry(0.1)
     with pytest.raises(ValueError, match="valid names"):
         parse_entry("0x3c00", "fp12")
+
+
+@pytest.mark.parametrize("text, value", [
+    ("-2**2", -4.0),  # Python's precedence: -(2**2)
+    ("(-2)**2", 4.0),
+    ("2**-1", 0.5),
+    ("-2^2", -4.0),
+    ("2**16", 65536.0),
+    ("2^-4", 0.0625),
+    ("1e-3", 1e-3),
+    ("0x1p4", 16.0),
+    ("2**-1074", 5e-324),
+    ("1e-320", 1e-320),
+    ("inf", math.inf),
+    ("-inf", -math.inf),
+    ("１２", 12.0),  # Unicode digits, as float() reads them
+    ("−1", -1.0),
+])
+def test_parse_number_reads_numbers_as_python_does(text, value):
+    assert parse_number(text) == value
+    assert parse_entry(text).value == value
+
+
+@pytest.mark.parametrize("text, message", [
+    ("2**100000", "'2\\*\\*100000' is beyond float64's range \\(max 1.798e\\+308\\); type inf for an infinity"),
+    ("2**99999999999", "beyond float64's range"),
+    ("9**9**9**9", "beyond float64's range"),
+    ("1e400", "beyond float64's range"),
+    ("0x1p99999", "beyond float64's range"),
+    ("0**-1", "'0\\*\\*-1': division by zero"),
+    ("0^-1", "'0\\^-1': division by zero"),
+    ("1/0", "division by zero"),
+    ("0x_", "'0x_' is not a number: type a number"),
+    ("0x3c00_", "not a number"),
+    ("abc", "'abc': only numbers, inf, nan"),
+    ("__import__('os')", "only numbers"),
+    ("().__class__", "only numbers"),
+    ("()", "only numbers"),
+    ("1,5", "only numbers"),
+    ("\x00", "is not a number"),
+    ("", "the input is empty: type a number"),
+    ("1" * 5000, "is 5000 characters long; at most 200 are read"),
+])
+def test_parse_number_refuses_what_is_not_a_number_in_float64_with_a_message(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_number(text)
+
+
+def test_a_huge_exponent_is_refused_at_once_not_computed():
+    # Done in float64, each is an overflow found in microseconds; as Python integers,
+    # 2**99999999999 alone would take minutes and gigabytes.
+    for text in ("2**99999999999", "10**10**10", "9**9**9**9**9"):
+        with pytest.raises(ValueError, match="beyond float64's range"):
+            parse_number(text)
+        assert parse_entry(text).value == math.inf  # the explorer shows it, as float64 arithmetic gives
+
+
+def test_parse_number_reads_text_only():
+    with pytest.raises(TypeError, match="parse_number\\(\\) reads text, got int"):
+        parse_number(5)
+
+
+def test_the_doc_examples_run():
+    assert doctest.testmod(parse).failed == 0
