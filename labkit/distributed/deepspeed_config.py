@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from pathlib import Path
 
 from labkit import memory, scaling
+from labkit._validate import choice, integer, number, out_path
 
 SOURCE = ("microsoft/DeepSpeed 0.19.8: deepspeed/runtime/config.py, constants.py, precision_config.py, "
           "engine.py, zero/config.py, zero/stage_1_and_2.py")
@@ -136,13 +136,14 @@ def explain(config: dict) -> list[dict]:
         if section:
             unknown = set(given) - set(keys)
             if unknown:
-                raise ValueError(f"unknown keys in {section!r}: {sorted(unknown)}; DeepSpeed reads {sorted(keys)}")
+                raise ValueError(f"unknown keys in {section!r}: {sorted(unknown, key=str)}; "
+                                 f"DeepSpeed reads {sorted(keys)}")
         for key, (default, meaning) in keys.items():
             rows.append({"section": section or "(top)", "key": key, "value": given.get(key, default),
                          "default": key not in given, "meaning": meaning})
     extra = set(config) - known_top
     if extra:
-        rows.append({"section": "(top)", "key": ", ".join(sorted(extra)), "value": "...", "default": False,
+        rows.append({"section": "(top)", "key": ", ".join(sorted(map(str, extra))), "value": "...", "default": False,
                      "meaning": "not explained here (see DeepSpeed's config docs)"})
     return rows
 
@@ -161,10 +162,9 @@ def zero_memory(n_params: int, ranks: int, stage: int, optimizer: str = "adam") 
     >>> zero_memory(10**9, ranks=64, stage=3)["total"] / 1e9    # 16 GB / 64
     0.25
     """
-    if isinstance(ranks, bool) or not isinstance(ranks, numbers.Integral) or ranks < 1:
-        raise ValueError(f"ranks must be a whole number >= 1, got {ranks!r}")
-    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
+    n_params = integer("n_params", n_params, minimum=1, maximum=2**63 - 1)  # counts that a float64 divides
+    ranks = integer("ranks", ranks, minimum=1, maximum=2**63 - 1)
+    stage = integer("stage", stage, minimum=0, maximum=3)
     full = memory.model_state_bytes(n_params, "mixed", optimizer)
     shard = {"weights": stage >= 3, "gradients": stage >= 2, "master_weights": stage >= 1, "optimizer_states": stage >= 1}
     out = {k: full[k] / ranks if shard[k] else float(full[k]) for k in shard}
@@ -181,7 +181,7 @@ def simulate_loss_scale(config: dict, overflows) -> "scaling.Trace":
     preset, options = scaling.deepspeed_options(config)
     if preset == "none":
         raise ValueError("this config does not enable fp16, so DeepSpeed does no loss scaling (bf16 needs none)")
-    return scaling.simulate(preset, overflows=list(overflows), **options)
+    return scaling.simulate(preset, overflows=overflows, **options)
 
 
 def write_ds_config(path, precision: str = "bf16", *, stage: int = 2, micro_batch_per_gpu: int = 8,
@@ -194,22 +194,23 @@ def write_ds_config(path, precision: str = "bf16", *, stage: int = 2, micro_batc
     an optimizer (without one, ``deepspeed.initialize`` builds no optimizer and no loss scaler)
     and a ``zero_optimization`` stage. Returns the dict written.
     """
-    if precision not in ("fp16", "bf16"):
-        raise ValueError(f"precision must be 'fp16' or 'bf16', got {precision!r}")
-    if stage not in (0, 1, 2, 3) or isinstance(stage, bool):
-        raise ValueError(f"stage must be 0, 1, 2 or 3, got {stage!r}")
-    for name, value in (("micro_batch_per_gpu", micro_batch_per_gpu), ("grad_accum", grad_accum)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    if communication_data_type is not None and communication_data_type not in _COMM:
-        raise ValueError(f"communication_data_type must be None or one of {', '.join(_COMM)}, "
-                         f"got {communication_data_type!r}")
-    config = {"train_micro_batch_size_per_gpu": int(micro_batch_per_gpu), "gradient_accumulation_steps": int(grad_accum),
-              "gradient_clipping": float(clip),
-              "optimizer": {"type": "AdamW", "params": {"lr": float(lr), "betas": [0.9, 0.999], "eps": 1e-8,
+    path = out_path("path", path)
+    if not isinstance(precision, str) or precision not in ("fp16", "bf16"):
+        raise (ValueError if isinstance(precision, str) else TypeError)(
+            f"precision must be 'fp16' or 'bf16', got {precision!r}")
+    stage = integer("stage", stage, minimum=0, maximum=3)
+    micro_batch_per_gpu = integer("micro_batch_per_gpu", micro_batch_per_gpu, minimum=1)
+    grad_accum = integer("grad_accum", grad_accum, minimum=1)
+    lr = number("lr", lr, minimum=0, inclusive=False)
+    clip = number("clip", clip, minimum=0)
+    if communication_data_type is not None:
+        choice("communication_data_type", communication_data_type, tuple(_COMM))
+    config = {"train_micro_batch_size_per_gpu": micro_batch_per_gpu, "gradient_accumulation_steps": grad_accum,
+              "gradient_clipping": clip,
+              "optimizer": {"type": "AdamW", "params": {"lr": lr, "betas": [0.9, 0.999], "eps": 1e-8,
                                                         "weight_decay": 0.0}},
               "zero_optimization": {"stage": stage},
-              **(SEED_FP16 if precision == "fp16" else SEED_BF16)}
+              **{k: dict(v) for k, v in (SEED_FP16 if precision == "fp16" else SEED_BF16).items()}}
     if communication_data_type is not None:
         config["communication_data_type"] = communication_data_type
     Path(path).write_text(json.dumps(config, indent=2) + "\n")

@@ -24,9 +24,9 @@ DeepSpeed, optax) live in their own modules and keep each library's exact rules.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
+from labkit._validate import integer
 from labkit.scaling import _numbers as num
 
 
@@ -35,13 +35,39 @@ class ScalerStopped(RuntimeError):
 
 
 class _Scaler:
-    """Shared behaviour: the update is applied only when the gradients are finite."""
+    """Shared behaviour: the checks, and the update applied only when the gradients are finite.
+
+    ``adjust(finite)`` and ``applies(finite)`` take the step's flag -- True when every
+    gradient was finite -- as a bool (a string or a NaN is not a flag) and hand it to the
+    class's ``_adjust`` / ``_applies``. A state built by hand is checked in
+    ``__post_init__`` (a scale must be finite and > 0, a counter within its interval);
+    the states ``adjust`` returns are not re-checked: a replay may reach a scale of 0 or
+    inf, exactly as the library does.
+    """
 
     TRACKED: tuple[str, ...] = ()  # state fields recorded after every step
     COUNTER: str | None = None  # the field that counts steps towards the next growth
 
     def applies(self, finite: bool) -> bool:
-        return bool(finite)
+        """Is this step's optimizer update applied?"""
+        return self._applies(num.check_finite_flag(finite))
+
+    def adjust(self, finite: bool):
+        """The scaler for the next step."""
+        return self._adjust(num.check_finite_flag(finite))
+
+    def _applies(self, finite: bool) -> bool:
+        return finite
+
+    def _set(self, **values) -> None:
+        num.set_fields(self, **values)
+
+    def _next(self, **changes):
+        """The next state: ``dataclasses.replace`` without ``__post_init__``'s checks (see the class docstring)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
 
 @dataclass(frozen=True)
@@ -57,14 +83,19 @@ class NoOpLossScale(_Scaler):
 
     loss_scale: float = 1.0
 
+    def __post_init__(self):
+        if num.check_scale("loss_scale", self.loss_scale) != 1:
+            raise ValueError(f"loss_scale of NoOpLossScale is always 1 (no scaling); got {self.loss_scale!r}")
+        self._set(loss_scale=1.0)
+
     @classmethod
     def create(cls) -> "NoOpLossScale":
         return cls()
 
-    def applies(self, finite: bool) -> bool:
+    def _applies(self, finite: bool) -> bool:
         return True
 
-    def adjust(self, finite: bool) -> "NoOpLossScale":
+    def _adjust(self, finite: bool) -> "NoOpLossScale":
         return self
 
 
@@ -88,14 +119,18 @@ class StaticLossScale(_Scaler):
     loss_scale: float = 2.0**15
     skip_nonfinite: bool = False
 
+    def __post_init__(self):
+        self._set(loss_scale=num.check_scale("loss_scale", self.loss_scale),
+                  skip_nonfinite=num.check_flag("skip_nonfinite", self.skip_nonfinite))
+
     @classmethod
     def create(cls, loss_scale=2.0**15, skip_nonfinite=False) -> "StaticLossScale":
-        return cls(num.check_scale("loss_scale", loss_scale), num.check_flag("skip_nonfinite", skip_nonfinite))
+        return cls(loss_scale, skip_nonfinite)
 
-    def applies(self, finite: bool) -> bool:
-        return bool(finite) or not self.skip_nonfinite
+    def _applies(self, finite: bool) -> bool:
+        return finite or not self.skip_nonfinite
 
-    def adjust(self, finite: bool) -> "StaticLossScale":
+    def _adjust(self, finite: bool) -> "StaticLossScale":
         return self
 
 
@@ -113,7 +148,9 @@ class DynamicLossScale(_Scaler):
         scale = clip(scale, min_scale, max_scale)   # bounds optional (None = none)
 
     Each library adds its own details (float32 storage, a floor, a cap, hysteresis, an
-    off-by-one in the counter); the presets reproduce those exactly.
+    off-by-one in the counter); the presets reproduce those exactly. Built directly or with
+    ``create``, every field is checked: a ``backoff_factor`` of 2 would double the scale
+    on an overflow, so it must lie in (0, 1).
 
     >>> s = DynamicLossScale(loss_scale=4.0, growth_interval=1, min_scale=2.0)
     >>> [s := s.adjust(f) for f in (False, False, True)][-1].loss_scale
@@ -131,21 +168,24 @@ class DynamicLossScale(_Scaler):
     TRACKED = ("counter",)
     COUNTER = "counter"
 
+    def __post_init__(self):
+        self._set(
+            loss_scale=float(num.check_scale("loss_scale", self.loss_scale)),
+            growth_interval=integer("growth_interval", self.growth_interval, minimum=1),
+            growth_factor=num.check_growth("growth_factor", self.growth_factor),
+            backoff_factor=num.check_backoff("backoff_factor", self.backoff_factor),
+            min_scale=num.check_floor("min_scale", self.min_scale, allow_none=True),
+            max_scale=num.check_scale("max_scale", self.max_scale, allow_none=True),
+        )
+        lo, hi = self.min_scale, self.max_scale
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_scale ({lo}) must not exceed max_scale ({hi})")
+        self._set(counter=num.check_counter("counter", self.counter, self.growth_interval, "growth_interval"))
+
     @classmethod
     def create(cls, loss_scale=2.0**15, growth_interval=2000, growth_factor=2.0, backoff_factor=0.5,
                min_scale=None, max_scale=None) -> "DynamicLossScale":
-        lo = num.check_floor("min_scale", min_scale, allow_none=True)
-        hi = num.check_scale("max_scale", max_scale, allow_none=True)
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"min_scale ({lo}) must not exceed max_scale ({hi})")
-        return cls(
-            loss_scale=float(num.check_scale("loss_scale", loss_scale)),
-            growth_interval=num.check_interval("growth_interval", growth_interval),
-            growth_factor=num.check_growth("growth_factor", growth_factor),
-            backoff_factor=num.check_backoff("backoff_factor", backoff_factor),
-            min_scale=lo,
-            max_scale=hi,
-        )
+        return cls(loss_scale, growth_interval, growth_factor, backoff_factor, min_scale, max_scale)
 
     def _clip(self, s: float) -> float:
         if self.min_scale is not None:
@@ -154,13 +194,13 @@ class DynamicLossScale(_Scaler):
             s = min(s, self.max_scale)
         return float(s)
 
-    def adjust(self, finite: bool) -> "DynamicLossScale":
+    def _adjust(self, finite: bool) -> "DynamicLossScale":
         if not finite:
-            return dataclasses.replace(self, loss_scale=self._clip(self.loss_scale * self.backoff_factor), counter=0)
+            return self._next(loss_scale=self._clip(self.loss_scale * self.backoff_factor), counter=0)
         counter = self.counter + 1
         if counter == self.growth_interval:
-            return dataclasses.replace(self, loss_scale=self._clip(self.loss_scale * self.growth_factor), counter=0)
-        return dataclasses.replace(self, counter=counter)
+            return self._next(loss_scale=self._clip(self.loss_scale * self.growth_factor), counter=0)
+        return self._next(counter=counter)
 
 
 # -- fast replays (one tight loop each; tests check them against adjust() step by step) --

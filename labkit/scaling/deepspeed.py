@@ -25,11 +25,11 @@ step on overflow. Every fp16 config gets its scaling keys' defaults (``precision
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
 
+from labkit._validate import integer, number, shown
 from labkit.scaling import _numbers as num
 from labkit.scaling.basic import ScalerStopped, _Scaler
 
@@ -105,21 +105,21 @@ class DeepSpeedLossScaler(_Scaler):
     TRACKED = ("hysteresis",)
     COUNTER = None
 
+    def __post_init__(self):
+        _check_deepspeed(self)
+        self._set(delayed_shift=integer("delayed_shift", self.delayed_shift, minimum=1),
+                  consecutive_hysteresis=num.check_flag("consecutive_hysteresis", self.consecutive_hysteresis),
+                  raise_error_at_min_scale=num.check_flag("raise_error_at_min_scale", self.raise_error_at_min_scale))
+        self._set(hysteresis=integer("hysteresis", self.hysteresis, minimum=1, maximum=self.delayed_shift))
+
     @classmethod
     def create(cls, init_scale=2**16, loss_scale_window=1000, hysteresis=2, consecutive_hysteresis=False,
                min_loss_scale=1, raise_error_at_min_scale=True):
-        shift = num.check_interval("hysteresis", hysteresis, "overflows tolerated before the scale backs off")
-        return cls(
-            loss_scale=num.check_scale("init_scale", init_scale),
-            loss_scale_window=num.check_interval("loss_scale_window", loss_scale_window),
-            min_loss_scale=num.check_floor("min_loss_scale", min_loss_scale),
-            delayed_shift=shift,
-            consecutive_hysteresis=num.check_flag("consecutive_hysteresis", consecutive_hysteresis),
-            raise_error_at_min_scale=num.check_flag("raise_error_at_min_scale", raise_error_at_min_scale),
-            hysteresis=shift,
-        )
+        shift = integer("hysteresis", hysteresis, minimum=1)  # overflows tolerated before the scale backs off
+        return cls(num.check_scale("init_scale", init_scale), loss_scale_window, min_loss_scale, shift,
+                   consecutive_hysteresis, raise_error_at_min_scale, shift)
 
-    def adjust(self, finite: bool) -> "DeepSpeedLossScaler":
+    def _adjust(self, finite: bool) -> "DeepSpeedLossScaler":
         s, hyst = self.loss_scale, self.hysteresis
         last = self.last_overflow_iter
         if not finite:
@@ -138,8 +138,17 @@ class DeepSpeedLossScaler(_Scaler):
                 if not self.consecutive_hysteresis:
                     hyst = self.delayed_shift
                 s *= 2.0
-        return dataclasses.replace(self, loss_scale=s, hysteresis=hyst, cur_iter=self.cur_iter + 1,
-                                   last_overflow_iter=last)
+        return self._next(loss_scale=s, hysteresis=hyst, cur_iter=self.cur_iter + 1, last_overflow_iter=last)
+
+
+def _check_deepspeed(state) -> None:
+    """Both DeepSpeed scalers: a scale finite as a float64 (an int stays an int), a window, a floor, iterations."""
+    state._set(loss_scale=num.check_scale("loss_scale", state.loss_scale),
+               loss_scale_window=integer("loss_scale_window", state.loss_scale_window, minimum=1),
+               min_loss_scale=num.check_floor("min_loss_scale", state.min_loss_scale),
+               cur_iter=integer("cur_iter", state.cur_iter, minimum=0))
+    state._set(last_overflow_iter=integer("last_overflow_iter", state.last_overflow_iter, minimum=-1,
+                                          maximum=state.cur_iter - 1))
 
 
 def fast_deepspeed(flags, opts):
@@ -207,15 +216,14 @@ class DeepSpeedFP16OptimizerScaler(_Scaler):
     cur_iter: int = 0
     last_overflow_iter: int = -1
 
+    def __post_init__(self):
+        _check_deepspeed(self)
+
     @classmethod
     def create(cls, init_scale=2**16, loss_scale_window=1000, min_loss_scale=1):
-        return cls(
-            loss_scale=num.check_scale("init_scale", init_scale),
-            loss_scale_window=num.check_interval("loss_scale_window", loss_scale_window),
-            min_loss_scale=num.check_floor("min_loss_scale", min_loss_scale),
-        )
+        return cls(num.check_scale("init_scale", init_scale), loss_scale_window, min_loss_scale)
 
-    def adjust(self, finite: bool) -> "DeepSpeedFP16OptimizerScaler":
+    def _adjust(self, finite: bool) -> "DeepSpeedFP16OptimizerScaler":
         s, last = self.loss_scale, self.last_overflow_iter
         if not finite:
             s = max(s / 2.0, self.min_loss_scale)
@@ -224,7 +232,7 @@ class DeepSpeedFP16OptimizerScaler(_Scaler):
             stable_interval = (self.cur_iter - last) - 1
             if stable_interval > 0 and stable_interval % self.loss_scale_window == 0:
                 s *= 2.0
-        return dataclasses.replace(self, loss_scale=s, cur_iter=self.cur_iter + 1, last_overflow_iter=last)
+        return self._next(loss_scale=s, cur_iter=self.cur_iter + 1, last_overflow_iter=last)
 
 
 def fast_deepspeed_fp16(flags, opts):
@@ -245,13 +253,29 @@ def fast_deepspeed_fp16(flags, opts):
     return scales, None, {}, None, s
 
 
+POWERS = (-1074, 1023)  # 2**power is a float64 > 0 for these: DeepSpeed's scale arithmetic (cur_scale / 2.0) needs one
+
+
+def initial_scale(power, name: str = "initial_scale_power"):
+    """DeepSpeed's ``init_scale = 2**initial_scale_power`` (an int for a power >= 0, as in DeepSpeed).
+
+    The power must be an integer from -1074 to 1023: past 1023 the int scale is too large
+    for the float arithmetic DeepSpeed does with it (its first ``cur_scale / 2.0`` raises
+    OverflowError); below -1074 it is 0.
+    """
+    lo, hi = POWERS
+    return 2 ** integer(name, power, minimum=lo, maximum=hi)
+
+
 def _int_key(fp16: dict, key: str) -> int:
     """A pydantic ``int`` field of DeepSpeedFP16Config: integral numbers pass (2.0 -> 2), 0.5 does not."""
     value = fp16.get(key, CONFIG_DEFAULTS[key])
     if isinstance(value, bool) and key in ("loss_scale_window", "min_loss_scale"):
         raise ValueError(f"fp16.{key} must be an integer, not bool")  # DeepSpeed's own check
+    if isinstance(value, numbers.Integral):
+        return int(value)
     if not isinstance(value, numbers.Real) or not math.isfinite(value) or value != int(value):
-        raise ValueError(f"fp16.{key} must be an integer (DeepSpeedFP16Config); got {value!r}")
+        raise ValueError(f"fp16.{key} must be an integer (DeepSpeedFP16Config); got {shown(value)}")
     return int(value)
 
 
@@ -298,9 +322,10 @@ def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]
     if not isinstance(config, dict):
         raise TypeError("config must be a dict (a DeepSpeed config or its 'fp16' section); "
                         f"got {type(config).__name__}")
-    if optimizer not in ("zero", "fp16"):
-        raise ValueError("optimizer must be 'zero' (DynamicLossScaler) or 'fp16' (FP16_Optimizer / "
-                         f"FP16_UnfusedOptimizer); got {optimizer!r}")
+    if not isinstance(optimizer, str) or optimizer not in ("zero", "fp16"):
+        raise (ValueError if isinstance(optimizer, str) else TypeError)(
+            "optimizer must be 'zero' (DynamicLossScaler) or 'fp16' (FP16_Optimizer / "
+            f"FP16_UnfusedOptimizer); got {shown(optimizer)}")
     section_keys = set(CONFIG_DEFAULTS) | {"enabled", "auto_cast", "fp16_master_weights_and_grads"}
     if "fp16" in config:
         fp16 = config["fp16"]
@@ -312,11 +337,14 @@ def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]
         raise TypeError(f"config['fp16'] must be a dict; got {type(fp16).__name__}")
     unknown = set(fp16) - section_keys
     if unknown:
-        raise ValueError(f"unknown fp16 config keys {sorted(unknown)}; loss scaling reads {sorted(CONFIG_DEFAULTS)}")
+        raise ValueError(f"unknown fp16 config keys {sorted(unknown, key=str)}; "
+                         f"loss scaling reads {sorted(CONFIG_DEFAULTS)}")
     loss_scale = fp16.get("loss_scale", CONFIG_DEFAULTS["loss_scale"])  # a pydantic float field
-    if (isinstance(loss_scale, bool) or not isinstance(loss_scale, numbers.Real) or not math.isfinite(loss_scale)
-            or loss_scale < 0):
-        raise ValueError(f"fp16.loss_scale must be a finite number >= 0 (0 = dynamic); got {loss_scale!r}")
+    try:
+        loss_scale = number("fp16.loss_scale", loss_scale, minimum=0)
+    except (TypeError, ValueError):
+        raise ValueError(f"fp16.loss_scale must be a finite number >= 0 (0 = dynamic); "
+                         f"got {shown(loss_scale)}") from None
     ints = {key: _int_key(fp16, key) for key in _INT_KEYS}
     consecutive = _bool_key(fp16, "consecutive_hysteresis", CONFIG_DEFAULTS["consecutive_hysteresis"])
     enabled = _bool_key(fp16, "enabled", False)  # DeepSpeedFP16Config.enabled: False
@@ -327,8 +355,9 @@ def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]
     if not enabled:
         return "none", {}
     if loss_scale != 0:  # a static scale (LossScaler / a static LossScaleConfig); overflowing steps are skipped
-        return "static", {"loss_scale": float(loss_scale), "skip_nonfinite": True}
-    init_scale = 2 ** ints["initial_scale_power"]  # dynamic_loss_scale_args()["init_scale"]
+        return "static", {"loss_scale": loss_scale, "skip_nonfinite": True}
+    init_scale = initial_scale(ints["initial_scale_power"], "fp16.initial_scale_power")  # dynamic_loss_scale_args()
+    num.check_floor("fp16.min_loss_scale", ints["min_loss_scale"])  # max(cur_scale / 2.0, min) needs a float
     if optimizer == "fp16":
         return "deepspeed-fp16-optimizer", {
             "init_scale": init_scale,

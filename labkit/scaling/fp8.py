@@ -26,11 +26,13 @@ and gradients to e5m2 (more range); ``Format.E4M3`` uses e4m3 for both.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
 
 from labkit import formats as lf
+from labkit._validate import choice, integer, number, shown
 from labkit.scaling import _numbers as num
 
 FLT_MAX = float(np.finfo(np.float32).max)
@@ -67,19 +69,50 @@ class Fp8Trace:
         }
 
 
-def _tensors(tensors) -> list[np.ndarray]:
-    if isinstance(tensors, np.ndarray) and tensors.ndim >= 1:
-        tensors = list(tensors)
-    try:
-        out = [np.asarray(t, dtype=np.float32) for t in tensors]
-    except (TypeError, ValueError):
-        raise TypeError("tensors must be a sequence of arrays, one per step") from None
-    if not out:
-        raise ValueError("tensors is empty: give one tensor per step")
-    for i, t in enumerate(out):
-        if t.size == 0 or not np.all(np.isfinite(t)):
-            raise ValueError(f"tensor {i} must be a non-empty array of finite numbers")
-    return out
+def _float32_values(name: str, x) -> np.ndarray:
+    """Finite real numbers within float32's range (TE's inputs are fp32/bf16/fp16), as float32."""
+    arr = num.real_array(name, x)
+    if not np.all(np.isfinite(arr)) or np.any(np.abs(arr) > FLT_MAX):
+        raise ValueError(f"{name} must hold finite numbers within float32's range (|x| <= {FLT_MAX:.8g})")
+    return arr.astype(np.float32)
+
+
+class _Steps:
+    """Every step's tensor, checked, as one flat float32 array: ``flat[starts[i]:starts[i] + sizes[i]]``."""
+
+    def __init__(self, tensors, name: str = "tensors"):
+        what = f"{name} must be a sequence of arrays, one per step"
+        if isinstance(tensors, (str, bytes, dict)):
+            raise TypeError(f"{what}; got {type(tensors).__name__}")
+        if not isinstance(tensors, np.ndarray):
+            try:
+                tensors = list(tensors)
+            except TypeError:
+                raise TypeError(f"{what}; got {type(tensors).__name__}") from None
+        try:  # the quick way: one rectangular array, a row per step
+            whole = np.asarray(tensors)
+        except ValueError:  # ragged: tensors of different shapes
+            whole = None
+        if whole is not None and whole.dtype.kind in "iuf" and whole.ndim >= 1:
+            whole = _float32_values(name, whole)
+            self.flat, self.sizes = whole.reshape(-1), np.full(len(whole), whole[0].size if len(whole) else 0)
+        else:
+            parts = [_float32_values(f"{name}[{i}]", t).ravel() for i, t in enumerate(tensors)]
+            self.flat = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+            self.sizes = np.array([t.size for t in parts], dtype=np.int64)
+        if not len(self.sizes):
+            raise ValueError(f"{name} is empty: give one tensor per step")
+        if not self.sizes.all():
+            raise ValueError(f"{name}[{int(np.argmin(self.sizes))}] is empty: each step's tensor needs a value")
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
+
+    def sum(self, a) -> np.ndarray:
+        """Per step: the sum (a count, for booleans) of ``a``, one value per element of ``flat``."""
+        return np.add.reduceat(np.asarray(a, np.float64), self.starts)
+
+    def amax(self) -> np.ndarray:
+        """Per step: the largest |x| (a float32 value), as float64."""
+        return np.maximum.reduceat(np.abs(self.flat), self.starts).astype(np.float64)
 
 
 def _fp8(fmt):
@@ -89,37 +122,54 @@ def _fp8(fmt):
     return f
 
 
+def _cast_scale(scale) -> float:
+    """A cast's scale: a number > 0 that float32 holds (TE keeps it in float32)."""
+    if scale is None:
+        raise TypeError("scale must be a number > 0 (q = fp8(x * scale)); got None")
+    return num.check_scale("scale", scale, float32=True)
+
+
 def cast(x, fmt, scale) -> tuple[np.ndarray, int, int]:
     """Transformer Engine's cast: ``q = fp8_satfinite(float32(x * scale))``.
 
     Returns (q as float64 values on the fp8 grid, number saturated, number of nonzero
     elements flushed to zero). The multiply is float32; ``__NV_SATFINITE`` clips what
     would round past max to +-max -- those are the saturated elements (a value that
-    merely rounds down to max is not counted).
+    merely rounds down to max is not counted). ``x``: finite numbers within float32's
+    range; ``scale``: a number > 0 that float32 holds.
+
+    >>> cast([1.0, 500.0, 2.0**-12], "fp8_e4m3", 1.0)[1:]
+    (1, 1)
     """
     f = _fp8(fmt)
-    x = np.asarray(x, dtype=np.float32)
-    p = (x * np.float32(scale)).astype(np.float64)
+    s = _cast_scale(scale)
+    x = _float32_values("x", x)
+    with np.errstate(over="ignore"):  # a product past float32's max is inf: that is what saturates
+        p = (x * np.float32(s)).astype(np.float64)
     saturated = int((~np.isfinite(f.round(p))).sum())  # past the midpoint above max
     q = f.round(np.clip(p, -f.max, f.max))
     underflow = int(((q == 0) & (x != 0)).sum())
     return q, saturated, underflow
 
 
-def _record(tensors, f, scales, recipe) -> Fp8Trace:
-    sat, und, err, amax = [], [], [], []
-    for x, s in zip(tensors, scales):
-        q, n_sat, n_und = cast(x, f, s)
-        nonzero = max(int((x != 0).sum()), 1)
-        deq = q / s
-        ref = x.astype(np.float64)
-        norm = float(np.sqrt((ref**2).sum()))
-        sat.append(n_sat / x.size)
-        und.append(n_und / nonzero)
-        err.append(float(np.sqrt(((deq - ref) ** 2).sum())) / norm if norm > 0 else 0.0)
-        amax.append(float(np.abs(x).max()))
-    return Fp8Trace(f.name, recipe, np.asarray(scales, np.float64), np.asarray(amax), np.asarray(sat),
-                    np.asarray(und), np.asarray(err))
+def _record(steps: _Steps, f, scales, recipe) -> Fp8Trace:
+    """Cast every step's tensor with its scale (all steps in one pass) and measure what the cast did."""
+    x = steps.flat
+    s = np.repeat(np.asarray(scales, np.float32), steps.sizes)
+    with np.errstate(over="ignore"):  # a product past float32's max is inf: that is what saturates
+        p = (x * s).astype(np.float64)
+    saturated = steps.sum(~np.isfinite(f.round(p)))
+    q = f.round(np.clip(p, -f.max, f.max))
+    underflow = steps.sum((q == 0) & (x != 0))
+    ref = x.astype(np.float64)
+    norm = np.sqrt(steps.sum(ref**2))
+    diff = np.sqrt(steps.sum((q / s.astype(np.float64) - ref) ** 2))
+    error = np.divide(diff, norm, out=np.zeros_like(diff), where=norm > 0)
+    return Fp8Trace(f.name, recipe, np.asarray(scales, np.float64), steps.amax(), saturated / steps.sizes,
+                    underflow / np.maximum(steps.sum(x != 0), 1), error)
+
+
+MAX_MARGIN = 30  # past it, fp8_max * 2**-margin / amax can round to a float32 scale of 0
 
 
 def delayed_scaling(tensors, fmt="fp8_e4m3", *, amax_history_len: int = 1024, amax_compute_algo: str = "max",
@@ -141,32 +191,57 @@ def delayed_scaling(tensors, fmt="fp8_e4m3", *, amax_history_len: int = 1024, am
             if isfinite(amax) and amax > 0: scale = (fp8_max * 2**-margin) / amax   # float32
             if isinf(scale): scale = FLT_MAX
 
-    The first step casts with scale 1: there is no history yet.
+    The first step casts with scale 1: there is no history yet. ``window`` is the largest
+    of the last ``amax_history_len`` nonzero amaxes, kept here as a sliding maximum (the
+    tests check it against the roll above). ``margin``: from 0 to 30.
     """
     f = _fp8(fmt)
-    xs = _tensors(tensors)
-    n = num.check_interval("amax_history_len", amax_history_len, "steps of amax history")
-    if amax_compute_algo not in AMAX_ALGOS:
-        raise ValueError(f"amax_compute_algo must be one of {', '.join(AMAX_ALGOS)}; got {amax_compute_algo!r}")
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin):
-        raise ValueError(f"margin must be a finite number (the scale is divided by 2**margin); got {margin!r}")
-    scaled_max = num.f32(f.max * num.f32(2.0 ** -margin))
-    history = [0.0] * n
-    scale, scales = 1.0, []
-    for x in xs:
-        scales.append(scale)
-        last = num.f32(float(np.abs(x).max()))
-        history[0] = last
-        window = 0.0
-        if last != 0:
-            window = max(history)
-            history = [0.0] + history[2:] + [last] if n > 1 else [0.0]
-        amax = last if amax_compute_algo == "most_recent" else window
-        if math.isfinite(amax) and amax > 0:
-            scale = num.f32(scaled_max / amax)
-        if math.isinf(scale):
-            scale = FLT_MAX
-    return _record(xs, f, scales, f"delayed ({amax_compute_algo}, history {n}, margin {margin:g})")
+    steps = tensors if isinstance(tensors, _Steps) else _Steps(tensors)
+    n = integer("amax_history_len", amax_history_len, minimum=1)
+    choice("amax_compute_algo", amax_compute_algo, AMAX_ALGOS)
+    margin = number("margin", margin, minimum=0, maximum=MAX_MARGIN)
+    amaxes = steps.amax()
+    if amax_compute_algo == "most_recent":
+        used = amaxes
+    else:
+        used, recent, k = np.zeros(len(amaxes)), deque(), 0  # recent: (k, amax), amaxes decreasing; front = window
+        for t, last in enumerate(amaxes.tolist()):
+            if last != 0:
+                while recent and recent[-1][1] <= last:
+                    recent.pop()
+                recent.append((k, last))
+                while recent[0][0] <= k - n:
+                    recent.popleft()
+                used[t], k = recent[0][1], k + 1
+    # the scale after step t comes from step t's amax; a step with amax 0 keeps the one before
+    scaled_max = np.float32(f.max) * np.float32(2.0 ** -margin)
+    with np.errstate(divide="ignore", over="ignore"):
+        new = np.where(used > 0, scaled_max / used.astype(np.float32), np.float32(1))
+    new = np.where(np.isinf(new), np.float32(FLT_MAX), new)
+    last_set = np.maximum.accumulate(np.where(used > 0, np.arange(len(used)), -1))
+    after = np.where(last_set >= 0, new[np.maximum(last_set, 0)], np.float32(1))
+    scales = np.concatenate([[np.float32(1)], after[:-1]]).astype(np.float64)
+    return _record(steps, f, scales, f"delayed ({amax_compute_algo}, history {n}, margin {margin:g})")
+
+
+def _scales_from_amax(amax, fp8_max: float, power_2_scale: bool, amax_epsilon: float) -> np.ndarray:
+    """TE's ``compute_scale_from_amax`` in float32, for each amax (returned as float64)."""
+    with np.errstate(over="ignore"):  # TE's amax is a float32: a larger one is inf there
+        a = np.asarray(amax, np.float64).astype(np.float32)
+    eps = np.float32(amax_epsilon)
+    a = np.where(a < eps, eps, a)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        scale = np.float32(fp8_max) / a  # float32 division, as __fdiv_rn
+    scale = np.where(np.isinf(scale), np.float32(FLT_MAX), scale)
+    scale = np.where(np.isinf(a) | (a == 0) | np.isnan(a), np.float32(1), scale)
+    if power_2_scale:  # clear the mantissa bits: the power of two at or below
+        scale = np.ldexp(np.float32(1), np.frexp(scale)[1] - 1)
+    return scale.astype(np.float64)
+
+
+def _current_options(power_2_scale, amax_epsilon) -> tuple[bool, float]:
+    return (num.check_flag("power_2_scale", power_2_scale),
+            number("amax_epsilon", amax_epsilon, minimum=0, maximum=FLT_MAX))
 
 
 def current_scale(amax: float, fmt, *, power_2_scale: bool = False, amax_epsilon: float = 0.0) -> float:
@@ -174,60 +249,73 @@ def current_scale(amax: float, fmt, *, power_2_scale: bool = False, amax_epsilon
 
     ``amax < epsilon -> epsilon``; amax of 0, inf or nan -> scale 1; else
     ``fp8_max / amax`` in float32, FLT_MAX if that is inf, and with ``power_2_scale``
-    the mantissa bits cleared (the scale rounded down to a power of two).
+    the mantissa bits cleared (the scale rounded down to a power of two). ``amax`` is a
+    number >= 0 (inf and nan allowed, as TE meets them); ``amax_epsilon`` one from 0 to
+    float32's max.
 
     >>> current_scale(3.0, "fp8_e4m3"), current_scale(3.0, "fp8_e4m3", power_2_scale=True)
     (149.3333282470703, 128.0)
     """
     f = _fp8(fmt)
-    amax = num.f32(amax)
-    if amax < amax_epsilon:
-        amax = num.f32(amax_epsilon)
-    if math.isinf(amax) or amax == 0 or math.isnan(amax):
-        return 1.0
-    scale = num.f32(f.max / amax)
-    if math.isinf(scale):
-        scale = FLT_MAX
-    if power_2_scale:
-        scale = 2.0 ** math.floor(math.log2(scale))
-    return scale
+    if isinstance(amax, (float, np.floating)) and math.isnan(amax):
+        value = math.nan
+    else:
+        try:
+            value = number("amax", amax, minimum=0, finite=False)
+        except ValueError:
+            raise ValueError(f"amax must be a number >= 0 (the largest |x|; inf and nan give scale 1); "
+                             f"got {shown(amax)}") from None
+    return float(_scales_from_amax([value], f.max, *_current_options(power_2_scale, amax_epsilon))[0])
 
 
 def current_scaling(tensors, fmt="fp8_e4m3", *, power_2_scale: bool = False, amax_epsilon: float = 0.0) -> Fp8Trace:
     """TE's ``Float8CurrentScaling``: each tensor scaled by its own amax, just in time."""
     f = _fp8(fmt)
-    xs = _tensors(tensors)
-    num.check_flag("power_2_scale", power_2_scale)
-    scales = [current_scale(float(np.abs(x).max()), f, power_2_scale=power_2_scale, amax_epsilon=amax_epsilon)
-              for x in xs]
-    return _record(xs, f, scales, "current" + (" (power of 2)" if power_2_scale else ""))
+    steps = tensors if isinstance(tensors, _Steps) else _Steps(tensors)
+    p2, eps = _current_options(power_2_scale, amax_epsilon)
+    scales = _scales_from_amax(steps.amax(), f.max, p2, eps)
+    return _record(steps, f, scales, "current" + (" (power of 2)" if p2 else ""))
+
+
+RECIPE_OPTIONS = {"delayed": ("amax_history_len", "amax_compute_algo", "margin"),
+                  "current": ("power_2_scale", "amax_epsilon")}
 
 
 def fp8_recipe(activations, gradients, recipe: str = "delayed", fp8_format: str = "HYBRID", **options) -> dict:
     """Both directions of one layer under a TE recipe: {"forward": Fp8Trace, "backward": Fp8Trace}.
 
     ``fp8_format="HYBRID"`` (TE's default): activations in e4m3, gradients in e5m2;
-    ``"E4M3"``: both e4m3. ``recipe``: "delayed" (options: amax_history_len,
-    amax_compute_algo, margin) or "current" (options: power_2_scale, amax_epsilon).
+    ``"E4M3"``: both e4m3 (TE has no pure-E5M2 training). ``recipe``: "delayed" (options:
+    amax_history_len, amax_compute_algo, margin) or "current" (options: power_2_scale,
+    amax_epsilon).
     """
-    if fp8_format not in FP8_FORMATS:
-        raise ValueError(f"fp8_format must be one of {', '.join(FP8_FORMATS)} (TE has no pure-E5M2 training); "
-                         f"got {fp8_format!r}")
-    run = {"delayed": delayed_scaling, "current": current_scaling}.get(recipe)
-    if run is None:
-        raise ValueError(f"recipe must be 'delayed' or 'current'; got {recipe!r}")
+    choice("fp8_format", fp8_format, FP8_FORMATS)
+    choice("recipe", recipe, RECIPE_OPTIONS)
+    unknown = [k for k in options if k not in RECIPE_OPTIONS[recipe]]
+    if unknown:
+        raise TypeError(f"recipe {recipe!r} has no option {unknown[0]!r}; its options are: "
+                        f"{', '.join(RECIPE_OPTIONS[recipe])}")
+    run = {"delayed": delayed_scaling, "current": current_scaling}[recipe]
     fwd, bwd = FP8_FORMATS[fp8_format]
-    return {"forward": run(activations, fwd, **options), "backward": run(gradients, bwd, **options)}
+    return {"forward": run(_Steps(activations, "activations"), fwd, **options),
+            "backward": run(_Steps(gradients, "gradients"), bwd, **options)}
 
 
 def fp8_table(traces: dict):
-    """One row per (label, Fp8Trace): saturation, underflow and error, as a Table."""
+    """One row per (label, Fp8Trace) of ``{label: Fp8Trace}``: saturation, underflow and error, as a Table."""
     from labkit.formats import Table
 
+    if isinstance(traces, Fp8Trace):
+        traces = {traces.recipe: traces}
+    if not isinstance(traces, dict):
+        raise TypeError(f"traces must be a dict {{label: Fp8Trace}} (from delayed_scaling / current_scaling); "
+                        f"got {type(traces).__name__}")
     rows = []
     for label, t in traces.items():
+        if not isinstance(t, Fp8Trace):
+            raise TypeError(f"traces must map labels to Fp8Trace objects; {label!r} is {type(t).__name__}")
         s = t.summary()
-        rows.append((label, t.format, str(s["steps with saturation"]), f"{s['mean saturated %']:.3f}%",
+        rows.append((str(label), t.format, str(s["steps with saturation"]), f"{s['mean saturated %']:.3f}%",
                      f"{s['mean underflow %']:.2f}%", f"{s['mean rel. error %']:.2f}%"))
     return Table(("tensor / recipe", "format", "steps that saturate", "saturated", "underflow", "rel. error"),
                  tuple(rows), "Per-tensor FP8 scaling on a real tensor sequence")

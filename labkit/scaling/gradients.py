@@ -15,9 +15,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numbers
+
 import numpy as np
 
+from labkit._validate import integer, number
 from labkit.scaling import _numbers as num
+
+N_DIGITS = 1797  # images in sklearn.datasets.load_digits (a test checks it): the largest batch
+MAX_STEPS = 10_000  # about a minute on a CPU; each step keeps its fc2 input and output gradient
+MAX_HIDDEN = 4096  # fc2 alone is hidden**2 weights: 16.8 million at 4096
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,14 +49,41 @@ class GradientRecord:
     sample_steps: tuple[int, ...] = ()
     description: str = ""
 
+    def __post_init__(self):
+        """Check and normalise the fields (one built by hand must hold together: one entry per step)."""
+        if not isinstance(self.layers, dict) or not all(isinstance(k, str) for k in self.layers):
+            raise TypeError(f"layers must be a dict {{tensor name: gradient values}}; got {type(self.layers).__name__}")
+        with np.errstate(over="ignore"):  # float32, as recorded; a diverged run's inf stays inf
+            layers = {k: num.real_array(f"layers[{k!r}]", v).astype(np.float32).ravel() for k, v in self.layers.items()}
+            per_step = {name: [num.real_array(f"{name}[{i}]", a).astype(np.float32)
+                               for i, a in enumerate(_list(name, v))]
+                        for name, v in (("activations", self.activations), ("output_grads", self.output_grads))}
+        amax, losses = (num.real_array(name, v) for name, v in (("amax", self.amax), ("losses", self.losses)))
+        lengths = {"amax": amax.shape, "losses": losses.shape, **{k: (len(v),) for k, v in per_step.items()}}
+        if len(set(lengths.values())) != 1 or amax.ndim != 1:
+            raise ValueError(f"amax, losses, activations and output_grads hold one entry per step; "
+                             f"got shapes {lengths}")
+        steps = len(amax)
+        sample = tuple(integer("sample_steps", i, minimum=0, maximum=max(steps - 1, 0)) for i in
+                       _list("sample_steps", self.sample_steps))
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a string; got {type(self.description).__name__}")
+        num.set_fields(self, layers=layers, amax=amax, losses=losses, sample_steps=sample, **per_step)
+
     @property
     def values(self) -> np.ndarray:
         """Every recorded gradient value, all layers pooled."""
-        return np.concatenate([v.ravel() for v in self.layers.values()])
+        return np.concatenate([v.ravel() for v in self.layers.values()] or [np.zeros(0, np.float32)])
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}: {v.size}" for k, v in self.layers.items())
         return f"GradientRecord({len(self.amax)} steps; {self.description}; values per tensor: {sizes})"
+
+
+def _list(name: str, values) -> list:
+    if isinstance(values, (str, bytes, dict)) or not isinstance(values, (list, tuple, np.ndarray)):
+        raise TypeError(f"{name} must be a list (one entry per step); got {type(values).__name__}")
+    return list(values)
 
 
 def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64, lr: float = 0.5,
@@ -69,21 +103,28 @@ def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64,
     one machine. Another CPU's kernels round differently (its instruction set, its BLAS), and
     80 steps of SGD carry those last bits into the figures: notebook 03 checks what it teaches
     from them (``labkit.checks``), not the figures themselves.
-    Small enough for a notebook: 80 steps take well under a second.
+    Small enough for a notebook: 80 steps take well under a second. Limits: ``steps`` from
+    1 to 10,000, ``batch_size`` from 1 to 1797 (the whole data set, drawn without
+    replacement), ``hidden`` from 1 to 4096, ``lr`` > 0, ``seed`` from 0 to 2**63 - 1.
 
     >>> rec = record_gradients(steps=3)               # doctest: +SKIP
     >>> sorted(rec.layers)[:2], rec.amax.shape       # doctest: +SKIP
     (['fc1.bias', 'fc1.weight'], (3,))
     """
-    steps = num.check_interval("steps", steps, "training steps")
-    batch_size = num.check_interval("batch_size", batch_size, "examples per step")
-    hidden = num.check_interval("hidden", hidden, "units per hidden layer")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a number > 0; got {lr!r}")
+    steps = integer("steps", steps, minimum=1, maximum=MAX_STEPS)
+    batch_size = integer("batch_size", batch_size, minimum=1, maximum=N_DIGITS)
+    hidden = integer("hidden", hidden, minimum=1, maximum=MAX_HIDDEN)
+    lr = number("lr", lr, minimum=0, inclusive=False)
+    seed = integer("seed", seed, minimum=0, maximum=2**63 - 1)
     if sample_steps is None:
         sample_steps = sorted({0, steps // 2, steps - 1})
-    sample_steps = tuple(int(s) for s in sample_steps)
-    if not sample_steps or any(s < 0 or s >= steps for s in sample_steps):
+    elif isinstance(sample_steps, numbers.Integral) and not isinstance(sample_steps, (bool, np.bool_)):
+        sample_steps = [sample_steps]
+    elif isinstance(sample_steps, (str, bytes)) or not hasattr(sample_steps, "__iter__"):
+        raise TypeError(f"sample_steps must be a step or a list of steps (integers in [0, {steps - 1}]); "
+                        f"got {type(sample_steps).__name__}")
+    sample_steps = tuple(sorted({integer("sample_steps", s, minimum=0) for s in sample_steps}))
+    if not sample_steps or sample_steps[-1] >= steps:
         raise ValueError(f"sample_steps must be steps in [0, {steps - 1}]; got {sample_steps!r}")
 
     import torch

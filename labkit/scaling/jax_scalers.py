@@ -11,10 +11,10 @@ optax can wrap an optimizer so that non-finite updates are dropped.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
+from labkit._validate import integer
 from labkit.scaling import _numbers as num
 from labkit.scaling.basic import _Scaler
 
@@ -57,32 +57,41 @@ class JmpLossScale(_Scaler):
     TRACKED = ("counter",)
     COUNTER = "counter"
 
+    def __post_init__(self):
+        self._set(
+            loss_scale=num.check_scale("loss_scale", self.loss_scale, float32=True),
+            period=integer("period", self.period, minimum=1),
+            factor=num.f32(num.check_growth("factor", self.factor)),  # jnp casts a weak float to float32
+            min_loss_scale=num.check_floor("min_loss_scale", self.min_loss_scale, float32=True),
+            under_jit=num.check_flag("under_jit", self.under_jit),
+        )
+        if not math.isfinite(self.factor):
+            raise ValueError(f"factor must be a number > 1 that float32 holds (at most {num.F32_MAX:.8g}); "
+                             f"got {self.factor!r}")
+        if self.under_jit and self.min_loss_scale != 1.0:
+            raise ValueError("under_jit=True means min_loss_scale=1.0 (jit rebuilds jmp's state without it); "
+                             f"got min_loss_scale={self.min_loss_scale!r} -- create() sets it for you")
+        self._set(counter=num.check_counter("counter", self.counter, self.period, "period"))
+
     @classmethod
     def create(cls, loss_scale=2.0**15, period=2000, factor=2, min_loss_scale=1.0, under_jit=False):
-        floor = num.f32(num.check_floor("min_loss_scale", min_loss_scale))
+        floor = num.check_floor("min_loss_scale", min_loss_scale, float32=True)
         jit = num.check_flag("under_jit", under_jit)
-        return cls(
-            loss_scale=num.f32(num.check_scale("loss_scale", loss_scale)),
-            period=num.check_interval("period", period),
-            factor=num.f32(num.check_growth("factor", factor)),  # jnp casts a weak float to float32
-            min_loss_scale=1.0 if jit else floor,
-            under_jit=jit,
-        )
+        return cls(loss_scale, period, factor, 1.0 if jit else floor, jit)
 
     def _shrink(self, s: float) -> float:
         if self.under_jit:
             return num.f32(s * num.f32(1.0 / self.factor))
         return num.f32(s / self.factor)
 
-    def adjust(self, finite: bool) -> "JmpLossScale":
+    def _adjust(self, finite: bool) -> "JmpLossScale":
         if not finite:
-            return dataclasses.replace(
-                self, loss_scale=max(self.min_loss_scale, self._shrink(self.loss_scale)), counter=0)
+            return self._next(loss_scale=max(self.min_loss_scale, self._shrink(self.loss_scale)), counter=0)
         scale = self.loss_scale
         if self.counter == self.period - 1:
             grown = num.f32(scale * self.factor)
             scale = grown if math.isfinite(grown) else scale
-        return dataclasses.replace(self, loss_scale=scale, counter=(self.counter + 1) % self.period)
+        return self._next(loss_scale=scale, counter=(self.counter + 1) % self.period)
 
 
 def fast_jmp(flags, opts):
@@ -139,23 +148,32 @@ class OptaxApplyIfFinite(_Scaler):
     TRACKED = ("notfinite_count", "total_notfinite")
     COUNTER = None
 
+    def __post_init__(self):
+        self._set(max_consecutive_errors=integer("max_consecutive_errors", self.max_consecutive_errors,
+                                                 minimum=0, maximum=INT32_MAX))
+        self._set(notfinite_count=integer("notfinite_count", self.notfinite_count, minimum=0, maximum=INT32_MAX),
+                  total_notfinite=integer("total_notfinite", self.total_notfinite, minimum=0, maximum=INT32_MAX))
+        if self.total_notfinite < self.notfinite_count:
+            raise ValueError(f"total_notfinite ({self.total_notfinite}) counts every non-finite step: it must be at "
+                             f"least notfinite_count ({self.notfinite_count}), the ones in a row")
+        if num.check_scale("loss_scale", self.loss_scale) != 1:
+            raise ValueError(f"loss_scale of OptaxApplyIfFinite is always 1 (optax scales nothing); "
+                             f"got {self.loss_scale!r}")
+
     @classmethod
     def create(cls, max_consecutive_errors=None):
         if max_consecutive_errors is None:
             raise ValueError("preset 'optax' needs max_consecutive_errors (an integer >= 0); optax has no default")
-        return cls(max_consecutive_errors=num.check_count("max_consecutive_errors", max_consecutive_errors))
+        return cls(max_consecutive_errors)
 
-    def applies(self, finite: bool) -> bool:
-        return bool(finite) or min(self.notfinite_count + 1, INT32_MAX) > self.max_consecutive_errors
+    def _applies(self, finite: bool) -> bool:
+        return finite or min(self.notfinite_count + 1, INT32_MAX) > self.max_consecutive_errors
 
-    def adjust(self, finite: bool) -> "OptaxApplyIfFinite":
+    def _adjust(self, finite: bool) -> "OptaxApplyIfFinite":
         if finite:
-            return dataclasses.replace(self, notfinite_count=0)
-        return dataclasses.replace(
-            self,
-            notfinite_count=min(self.notfinite_count + 1, INT32_MAX),
-            total_notfinite=min(self.total_notfinite + 1, INT32_MAX),
-        )
+            return self._next(notfinite_count=0)
+        return self._next(notfinite_count=min(self.notfinite_count + 1, INT32_MAX),
+                          total_notfinite=min(self.total_notfinite + 1, INT32_MAX))
 
 
 def fast_optax(flags, opts):

@@ -14,10 +14,10 @@ extremes: tf-keras has a floor of 1 and refuses to grow into inf; Keras 3 has ne
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
+from labkit._validate import integer
 from labkit.scaling import _numbers as num
 from labkit.scaling.basic import _Scaler
 
@@ -55,19 +55,27 @@ class KerasLossScale(_Scaler):
     TRACKED = ("step_counter",)
     COUNTER = "step_counter"
 
+    def __post_init__(self):
+        _check_keras(self, "step_counter")
+
     @classmethod
     def create(cls, initial_scale=2.0**15, dynamic_growth_steps=2000):
-        return cls(
-            loss_scale=num.f32(num.check_scale("initial_scale", initial_scale)),
-            dynamic_growth_steps=num.check_interval("dynamic_growth_steps", dynamic_growth_steps),
-        )
+        return cls(num.check_scale("initial_scale", initial_scale, float32=True), dynamic_growth_steps)
 
-    def adjust(self, finite: bool) -> "KerasLossScale":
+    def _adjust(self, finite: bool) -> "KerasLossScale":
         if not finite:
-            return dataclasses.replace(self, loss_scale=num.f32(self.loss_scale * 0.5), step_counter=0)
+            return self._next(loss_scale=num.f32(self.loss_scale * 0.5), step_counter=0)
         if self.step_counter == self.dynamic_growth_steps - 1:
-            return dataclasses.replace(self, loss_scale=num.f32(self.loss_scale * 2.0), step_counter=0)
-        return dataclasses.replace(self, step_counter=self.step_counter + 1)
+            return self._next(loss_scale=num.f32(self.loss_scale * 2.0), step_counter=0)
+        return self._next(step_counter=self.step_counter + 1)
+
+
+def _check_keras(state, counter: str) -> None:
+    """Both Keras scalers: a float32 scale, growth steps >= 1, the counter below them."""
+    state._set(loss_scale=num.check_scale("loss_scale", state.loss_scale, float32=True),
+               dynamic_growth_steps=integer("dynamic_growth_steps", state.dynamic_growth_steps, minimum=1))
+    state._set(**{counter: num.check_counter(counter, getattr(state, counter), state.dynamic_growth_steps,
+                                             "dynamic_growth_steps")})
 
 
 def fast_keras(flags, opts):
@@ -122,20 +130,20 @@ class TFKerasLossScale(_Scaler):
     TRACKED = ("counter",)
     COUNTER = "counter"
 
+    def __post_init__(self):
+        _check_keras(self, "counter")
+
     @classmethod
     def create(cls, initial_scale=2.0**15, dynamic_growth_steps=2000):
-        return cls(
-            loss_scale=num.f32(num.check_scale("initial_scale", initial_scale)),
-            dynamic_growth_steps=num.check_interval("dynamic_growth_steps", dynamic_growth_steps),
-        )
+        return cls(num.check_scale("initial_scale", initial_scale, float32=True), dynamic_growth_steps)
 
-    def adjust(self, finite: bool) -> "TFKerasLossScale":
+    def _adjust(self, finite: bool) -> "TFKerasLossScale":
         if not finite:
-            return dataclasses.replace(self, loss_scale=max(num.f32(self.loss_scale / 2.0), 1.0), counter=0)
+            return self._next(loss_scale=max(num.f32(self.loss_scale / 2.0), 1.0), counter=0)
         if self.counter + 1 >= self.dynamic_growth_steps:
             new = num.f32(self.loss_scale * 2.0)
-            return dataclasses.replace(self, loss_scale=new if math.isfinite(new) else self.loss_scale, counter=0)
-        return dataclasses.replace(self, counter=self.counter + 1)
+            return self._next(loss_scale=new if math.isfinite(new) else self.loss_scale, counter=0)
+        return self._next(counter=self.counter + 1)
 
 
 def fast_tf_keras(flags, opts):

@@ -18,6 +18,8 @@ from typing import Callable
 
 import numpy as np
 
+from labkit._validate import names as _names
+from labkit._validate import shown
 from labkit.scaling import basic, deepspeed, jax_scalers, keras_lso, seed004, torch_amp
 
 
@@ -87,19 +89,21 @@ class Preset:
                 other = given_as.get(target, target)
                 raise ValueError(f"give either {generic} or {other} to preset {self.name!r}, not both")
             options[target] = value
+            if target != generic:
+                given_as[target] = generic
         resolved = {**allowed, **{k: (v.item() if isinstance(v, np.generic) else v) for k, v in options.items()}}
-        self.scaler.create(**resolved)  # validates every option
+        try:
+            self.scaler.create(**resolved)  # validates every option
+        except (TypeError, ValueError) as e:
+            alias = next((a for target, a in given_as.items() if str(e).startswith(target + " ")), None)
+            if alias is None:
+                raise
+            raise type(e)(f"{e} (given as {alias})") from None
         return resolved
 
     def create(self, **options):
         """The initial scaler state with these options."""
         return self.scaler.create(**self.resolve(**options))
-
-
-def _power(p):
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
-        raise ValueError(f"initial_scale_power must be an integer (init_scale = 2**power); got {p!r}")
-    return 2 ** int(p)
 
 
 _DS = "deepspeedai/DeepSpeed 0.19.8 deepspeed/runtime/"
@@ -120,12 +124,12 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
            _DS + "fp16/loss_scaler.py; " + _DS + "precision_config.py",
            deepspeed.DeepSpeedLossScaler, deepspeed.fast_deepspeed, "init_scale", "loss_scale_window",
            "Python float", "min_loss_scale (1); raises at it", "none", "skip; hysteresis, then scale / 2",
-           (("initial_scale_power", "init_scale", _power),)),
+           (("initial_scale_power", "init_scale", deepspeed.initial_scale),)),
     Preset("deepspeed-fp16-optimizer", "DeepSpeed FP16_Optimizer / FP16_UnfusedOptimizer (no ZeRO)",
            _DS + "fp16/fused_optimizer.py, unfused_optimizer.py",
            deepspeed.DeepSpeedFP16OptimizerScaler, deepspeed.fast_deepspeed_fp16, "init_scale", "loss_scale_window",
            "Python float", "min_loss_scale (1)", "none", "skip; max(scale / 2, min)",
-           (("initial_scale_power", "init_scale", _power),)),
+           (("initial_scale_power", "init_scale", deepspeed.initial_scale),)),
     Preset("jmp", "jmp.DynamicLossScale(loss_scale) (no default scale: 2**15 as in its docstring)",
            "google-deepmind/jmp jmp/_src/loss_scale.py",
            jax_scalers.JmpLossScale, jax_scalers.fast_jmp, "loss_scale", "period",
@@ -160,21 +164,25 @@ LIBRARY_PRESETS = ("torch", "keras", "tf-keras", "deepspeed", "deepspeed-fp16-op
 
 
 def get_preset(name) -> Preset:
-    """PRESETS[name], or a ValueError that lists the presets."""
+    """PRESETS[name] (a Preset is returned as is), or an error that lists the presets."""
     if isinstance(name, Preset):
         return name
     if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; presets are: {', '.join(PRESETS)}")
+        error = ValueError if isinstance(name, str) else TypeError
+        raise error(f"unknown preset name {shown(name)}; presets are: {', '.join(PRESETS)}")
     return PRESETS[name]
 
 
 def preset_table(names=None):
-    """The presets side by side: defaults, bounds, what happens on overflow, where from."""
+    """The presets side by side: defaults, bounds, what happens on overflow, where from.
+
+    ``names``: one preset name, a list of them, or None for all.
+    """
     from labkit.formats import Table
     from labkit.scaling.underflow import _pow2
 
     rows = []
-    for name in names or PRESETS:
+    for name in list(PRESETS) if names is None else _names("names", names, PRESETS):
         p = get_preset(name)
         d = p.defaults
         init = d.get(p.init_option) if p.init_option else None

@@ -13,27 +13,39 @@ The class below is copied from seed 004 (its Chinese docstrings translated). Its
 
 from __future__ import annotations
 
-import dataclasses
+import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
+from labkit._validate import integer
 from labkit.scaling import _numbers as num
-from labkit.scaling.basic import _Scaler
+from labkit.scaling.basic import ScalerStopped, _Scaler
+from labkit.scaling.torch_amp import INT64_MAX
+
+# Python's int / int raises when the quotient is past float64's range: the seed's int scale
+# can grow that far (it stays an int until the first halving), and then `scale /= 2` fails.
+STOP_MESSAGE = "OverflowError: integer division result too large for a float"
 
 
 class DynamicLossScaler:
-    """Dynamic loss scaling (seed 004, verbatim)."""
+    """Dynamic loss scaling (seed 004, verbatim but for the argument checks labkit adds on the
+    first line of ``__init__``, ``scale_loss`` and ``unscale_gradients``; ``update`` is untouched)."""
 
     def __init__(self, initial_scale=2**16, growth_interval=2000):
+        _check_seed_arguments(initial_scale, growth_interval)
         self.scale = initial_scale
         self.growth_interval = growth_interval
         self.steps_since_last_overflow = 0
 
     def scale_loss(self, loss):
         """Scale the loss."""
+        _check_loss(loss)
         return loss * self.scale
 
     def unscale_gradients(self, optimizer):
         """Unscale the gradients."""
+        _check_optimizer(optimizer)
         for group in optimizer.param_groups:
             for p in group['params']:
                 if p.grad is not None:
@@ -49,6 +61,24 @@ class DynamicLossScaler:
             if self.steps_since_last_overflow >= self.growth_interval:
                 self.scale *= 2
                 self.steps_since_last_overflow = 0
+
+
+def _check_seed_arguments(initial_scale, growth_interval) -> None:
+    num.check_scale("initial_scale", initial_scale)
+    integer("growth_interval", growth_interval, minimum=1)
+
+
+def _check_loss(loss) -> None:
+    """A number or a tensor (anything with a shape and a dtype: torch, numpy); not a list or a string."""
+    if isinstance(loss, (bool, np.bool_)) or not (isinstance(loss, numbers.Real)
+                                                  or hasattr(loss, "shape") and hasattr(loss, "dtype")):
+        raise TypeError(f"loss must be a number or a tensor; got {type(loss).__name__}")
+
+
+def _check_optimizer(optimizer) -> None:
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, list) or not all(isinstance(g, dict) and "params" in g for g in groups):
+        raise TypeError(f"optimizer must be a torch optimizer (with param_groups); got {type(optimizer).__name__}")
 
 
 DIFFERENCES = (
@@ -90,35 +120,48 @@ class SeedLossScale(_Scaler):
     TRACKED = ("steps_since_last_overflow",)
     COUNTER = "steps_since_last_overflow"
 
+    def __post_init__(self):
+        self._set(loss_scale=num.check_scale("loss_scale", self.loss_scale),
+                  growth_interval=integer("growth_interval", self.growth_interval, minimum=1))
+        self._set(steps_since_last_overflow=num.check_counter(
+            "steps_since_last_overflow", self.steps_since_last_overflow, self.growth_interval, "growth_interval"))
+
     @classmethod
     def create(cls, initial_scale=2**16, growth_interval=2000):
-        return cls(num.check_scale("initial_scale", initial_scale),
-                   num.check_interval("growth_interval", growth_interval))
+        return cls(num.check_scale("initial_scale", initial_scale), growth_interval)
 
-    def applies(self, finite: bool) -> bool:
+    def _applies(self, finite: bool) -> bool:
         return True
 
-    def adjust(self, finite: bool) -> "SeedLossScale":
+    def _adjust(self, finite: bool) -> "SeedLossScale":
         s = self.loss_scale
         if not finite:
-            s /= 2
-            return dataclasses.replace(self, loss_scale=s, steps_since_last_overflow=0)
+            try:
+                s /= 2
+            except OverflowError:
+                raise ScalerStopped(STOP_MESSAGE) from None
+            return self._next(loss_scale=s, steps_since_last_overflow=0)
         steps = self.steps_since_last_overflow + 1
         if steps >= self.growth_interval:
             s *= 2
             steps = 0
-        return dataclasses.replace(self, loss_scale=s, steps_since_last_overflow=steps)
+        return self._next(loss_scale=s, steps_since_last_overflow=steps)
 
 
 def fast_seed004(flags, opts):
     s, n = opts["initial_scale"], opts["growth_interval"]
     scales, counts = [], []
     keep, track = scales.append, counts.append
-    c = 0
-    for o in flags:
+    c, stopped = 0, None
+    for it, o in enumerate(flags):
         keep(s)
         if o:
-            s /= 2
+            try:
+                s /= 2
+            except OverflowError:
+                track(c)
+                stopped = it
+                break
             c = 0
         else:
             c += 1
@@ -126,7 +169,7 @@ def fast_seed004(flags, opts):
                 s *= 2
                 c = 0
         track(c)
-    return scales, [True] * len(flags), {"steps_since_last_overflow": counts}, None, s
+    return scales, [True] * len(scales), {"steps_since_last_overflow": counts}, stopped, s
 
 
 def differences_table():
@@ -137,21 +180,33 @@ def differences_table():
                  "Seed 004's hand-written scaler vs PyTorch's")
 
 
+MAX_TABLE_STEPS = 10_000
+
+
 def seed004_vs_gradscaler(overflows, *, initial_scale=2**16, growth_interval=2000):
     """Run seed 004's class and the real ``torch.amp.GradScaler("cpu")`` side by side.
 
     Each step gives one real parameter a gradient (inf on an overflow step), then the
     seed's loop (``unscale_gradients``, ``optimizer.step()``, ``update(overflow)``) and
     GradScaler's (``step``, ``update``). Returns a Table: per step, each scaler's scale
-    and whether its parameter is still finite. torch is imported here.
+    and whether its parameter is still finite. At most ``MAX_TABLE_STEPS`` steps (a
+    table to read); ``initial_scale`` must be one a float32 holds (GradScaler's scale is
+    float32). torch is imported here.
     """
     import math
+
+    flags = num.check_overflows(overflows)
+    if len(flags) > MAX_TABLE_STEPS:
+        raise ValueError(f"overflows must have at most {MAX_TABLE_STEPS} steps (one table row each); "
+                         f"got {len(flags)}")
+    initial_scale = num.check_scale("initial_scale", initial_scale)
+    num.check_scale("initial_scale", initial_scale, float32=True)
+    growth_interval = integer("growth_interval", growth_interval, minimum=1, maximum=INT64_MAX)
 
     import torch
 
     from labkit.formats import Table
 
-    flags = num.check_overflows(overflows)
     p_seed, p_torch = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
     opt_seed, opt_torch = torch.optim.SGD([p_seed], lr=0.1), torch.optim.SGD([p_torch], lr=0.1)
     seed = DynamicLossScaler(initial_scale, growth_interval)

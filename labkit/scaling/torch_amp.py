@@ -11,12 +11,14 @@ cap of 2**24 and an optional floor) and in who may grow the scale into inf.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
+from labkit._validate import integer
 from labkit.scaling import _numbers as num
 from labkit.scaling.basic import _Scaler
+
+INT64_MAX = 2**63 - 1  # torch passes growth_interval to its kernel as an int64 (larger: "Overflow when unpacking")
 
 
 @dataclass(frozen=True)
@@ -58,25 +60,31 @@ class TorchGradScaler(_Scaler):
     TRACKED = ("growth_tracker",)
     COUNTER = "growth_tracker"
 
+    def __post_init__(self):
+        self._set(
+            loss_scale=num.check_scale("loss_scale", self.loss_scale, float32=True),
+            growth_factor=num.check_growth("growth_factor", self.growth_factor),
+            backoff_factor=num.check_backoff("backoff_factor", self.backoff_factor),
+            growth_interval=integer("growth_interval", self.growth_interval, minimum=1, maximum=INT64_MAX),
+        )
+        self._set(growth_tracker=num.check_counter("growth_tracker", self.growth_tracker, self.growth_interval,
+                                                   "growth_interval"))
+
     @classmethod
     def create(cls, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
-        return cls(
-            loss_scale=num.f32(num.check_scale("init_scale", init_scale)),
-            growth_factor=num.check_growth("growth_factor", growth_factor),
-            backoff_factor=num.check_backoff("backoff_factor", backoff_factor),
-            growth_interval=num.check_interval("growth_interval", growth_interval),
-        )
+        return cls(num.check_scale("init_scale", init_scale, float32=True), growth_factor, backoff_factor,
+                   growth_interval)
 
-    def adjust(self, finite: bool) -> "TorchGradScaler":
+    def _adjust(self, finite: bool) -> "TorchGradScaler":
         if not finite:
             scale = num.f32(self.loss_scale * self.backoff_factor)
-            return dataclasses.replace(self, loss_scale=scale, growth_tracker=0)
+            return self._next(loss_scale=scale, growth_tracker=0)
         successful = self.growth_tracker + 1
         if successful == self.growth_interval:
             new_scale = num.f32(self.loss_scale * self.growth_factor)
             scale = new_scale if math.isfinite(new_scale) else self.loss_scale
-            return dataclasses.replace(self, loss_scale=scale, growth_tracker=0)
-        return dataclasses.replace(self, growth_tracker=successful)
+            return self._next(loss_scale=scale, growth_tracker=0)
+        return self._next(growth_tracker=successful)
 
 
 def fast_torch(flags, opts):
@@ -139,18 +147,25 @@ class ApexLossScaler(_Scaler):
     TRACKED = ("unskipped",)
     COUNTER = "unskipped"
 
+    def __post_init__(self):
+        self._set(
+            loss_scale=num.check_scale("loss_scale", self.loss_scale),
+            scale_window=integer("scale_window", self.scale_window, minimum=1),
+            min_loss_scale=num.check_floor("min_loss_scale", self.min_loss_scale, allow_none=True),
+            max_loss_scale=num.check_scale("max_loss_scale", self.max_loss_scale),
+        )
+        if self.loss_scale > self.max_loss_scale:
+            raise ValueError(f"loss_scale ({self.loss_scale}) must not exceed max_loss_scale ({self.max_loss_scale}): "
+                             "Apex clamps its scale to the cap (create() clamps init_scale the same way)")
+        self._set(unskipped=num.check_counter("unskipped", self.unskipped, self.scale_window, "scale_window"))
+
     @classmethod
     def create(cls, init_scale=2.0**16, scale_window=2000, min_loss_scale=None, max_loss_scale=2.0**24):
         init = num.check_scale("init_scale", init_scale)
         cap = num.check_scale("max_loss_scale", max_loss_scale)
-        return cls(
-            loss_scale=min(cap, init),
-            scale_window=num.check_interval("scale_window", scale_window),
-            min_loss_scale=num.check_floor("min_loss_scale", min_loss_scale, allow_none=True),
-            max_loss_scale=cap,
-        )
+        return cls(min(cap, init), scale_window, min_loss_scale, cap)
 
-    def adjust(self, finite: bool) -> "ApexLossScaler":
+    def _adjust(self, finite: bool) -> "ApexLossScaler":
         s, unskipped = self.loss_scale, self.unskipped
         if not finite:
             s = max(self.min_loss_scale, s / 2.0) if self.min_loss_scale else s / 2.0
@@ -160,7 +175,7 @@ class ApexLossScaler(_Scaler):
         if unskipped == self.scale_window:
             s = min(self.max_loss_scale, s * 2.0)
             unskipped = 0
-        return dataclasses.replace(self, loss_scale=s, unskipped=unskipped)
+        return self._next(loss_scale=s, unskipped=unskipped)
 
 
 def fast_apex(flags, opts):

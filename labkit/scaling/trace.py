@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from labkit._validate import choice, integer, number, shown
 from labkit.scaling import _numbers as num
+from labkit.scaling import seed004
 from labkit.scaling.basic import ScalerStopped
 from labkit.scaling.registry import get_preset
 
@@ -49,6 +52,30 @@ class Trace:
     extras: dict = field(default_factory=dict)
     stopped_at: int | None = None
     stop_reason: str | None = None
+
+    def __post_init__(self):
+        """Check and normalise the fields (a Trace comes from simulate; one built by hand must hold together)."""
+        if not isinstance(self.options, dict):
+            raise TypeError(f"options must be a dict of the preset's options; got {type(self.options).__name__}")
+        num.set_fields(self, preset=get_preset(self.preset).name, overflows=_flags("overflows", self.overflows),
+             scales=_steps("scales", self.scales), applied=_flags("applied", self.applied))
+        n = len(self.scales)
+        if len(self.applied) != n or n > len(self.overflows):
+            raise ValueError(f"applied ({len(self.applied)}) must have one flag per scale ({n}), and there are at "
+                             f"most as many scales as overflows ({len(self.overflows)})")
+        if isinstance(self.final_scale, (bool, np.bool_)) or not isinstance(self.final_scale, numbers.Real):
+            raise TypeError(f"final_scale must be a number; got {type(self.final_scale).__name__}")
+        if not isinstance(self.extras, dict) or not all(isinstance(k, str) for k in self.extras):
+            raise TypeError("extras must be a dict {state name: one value per step}")
+        extras = {k: np.asarray(v) for k, v in self.extras.items()}
+        for k, v in extras.items():
+            if v.shape != (n,) or v.dtype.kind not in "biuf":
+                raise ValueError(f"extras[{k!r}] must hold one number per step ({n}); got shape {v.shape}")
+        num.set_fields(self, final_scale=num.to_float(self.final_scale), extras=extras)
+        if self.stopped_at is not None:
+            num.set_fields(self, stopped_at=integer("stopped_at", self.stopped_at, minimum=0, maximum=max(n - 1, 0)))
+        if self.stop_reason is not None and not isinstance(self.stop_reason, str):
+            raise TypeError(f"stop_reason must be None or a string; got {type(self.stop_reason).__name__}")
 
     def __getattr__(self, name):
         extras = self.__dict__.get("extras", {})
@@ -118,8 +145,7 @@ def simulate(preset, overflows, init_scale=None, growth_interval=None, *, engine
     """
     p = get_preset(preset)
     flags = num.check_overflows(overflows)
-    if engine not in ("fast", "adjust"):
-        raise ValueError(f"engine must be 'fast' or 'adjust'; got {engine!r}")
+    choice("engine", engine, ("fast", "adjust"))
     opts = p.resolve(init_scale=init_scale, growth_interval=growth_interval, **preset_options)
     if engine == "fast":
         scales, applied, extras, stopped, final = p.fast(flags, opts)
@@ -146,6 +172,9 @@ def _trace(p, opts, flags, scales, applied, extras, stopped, final) -> Trace:
 
 
 def _stop_reason(name: str) -> str:
+    if name == "seed004":
+        return (f"{name}: the int scale grew past float64's range, and the seed's `scale /= 2` raises "
+                f"'{seed004.STOP_MESSAGE}'")
     return (f"{name}: an overflow arrived with the scale at min_loss_scale; DeepSpeed raises "
             "'Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.'")
 
@@ -174,20 +203,52 @@ def _replay(state, steps: int, overflow_at):
     return scales, applied, extras, stopped, state.loss_scale, flags
 
 
+def _flags(name: str, values) -> np.ndarray:
+    """One bool per step, as a 1-D numpy array."""
+    if isinstance(values, np.ndarray) and values.dtype == bool and values.ndim == 1:
+        return values
+    return np.asarray(num.check_overflows(values, name), dtype=bool)
+
+
+def _steps(name: str, values) -> np.ndarray:
+    """One number per step, as a 1-D float64 array."""
+    arr = num.real_array(name, values)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional (one value per step); got shape {arr.shape}")
+    return arr
+
+
 class _FormatOverflow:
-    """overflow(scale, step) = the step's largest |gradient| times the scale overflows fmt."""
+    """overflow(scale, step) = the step's largest |gradient| times the scale overflows fmt.
+
+    Rounding to fmt is monotone, so "rounds to inf/nan" is "at least the smallest float64
+    that does": found once by bisecting float64 bit patterns with ``fmt.round`` (the
+    tests check it against ``fmt.round`` value by value).
+    """
 
     def __init__(self, amax, fmt):
         from labkit import formats as lf
 
         self.fmt = lf.get(fmt)
-        self.amax = amax
+        self.amax = amax.tolist()
+        self.limit = overflow_threshold(self.fmt)
 
     def __call__(self, step, scale) -> bool:
-        value = self.amax[step] * num.to_float(scale)
-        if not math.isfinite(value):
-            return True
-        return not math.isfinite(float(self.fmt.round(value)))
+        return not self.amax[step] * num.to_float(scale) < self.limit  # nan (0 * inf) overflows too
+
+
+def overflow_threshold(fmt) -> float:
+    """The smallest float64 that ``fmt.round`` turns into inf/nan (just above fmt's max)."""
+    as_float = lambda bits: float(np.array(bits, np.int64).view(np.float64))  # noqa: E731
+    lo = int(np.array(fmt.max, np.float64).view(np.int64))  # rounds to max: finite
+    hi = int(np.array(np.inf, np.float64).view(np.int64))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if math.isfinite(float(fmt.round(as_float(mid)))):
+            lo = mid
+        else:
+            hi = mid
+    return as_float(hi)
 
 
 def simulate_closed_loop(preset, amax, fmt="fp16", init_scale=None, growth_interval=None, **preset_options) -> Trace:
@@ -204,16 +265,17 @@ def simulate_closed_loop(preset, amax, fmt="fp16", init_scale=None, growth_inter
     ([131072.0, 65536.0, 32768.0, 32768.0, 65536.0, 32768.0], [True, True, False, False, True, False])
     """
     p = get_preset(preset)
-    amax = np.asarray(amax, dtype=np.float64)
+    amax = num.real_array("amax", amax)
     if amax.ndim != 1 or not np.all(np.isfinite(amax)) or np.any(amax < 0):
         raise ValueError("amax must be a 1-D sequence of finite numbers >= 0 (the largest |gradient| of each step)")
     opts = p.resolve(init_scale=init_scale, growth_interval=growth_interval, **preset_options)
-    scales, applied, extras, stopped, final, flags = _replay(p.scaler.create(**opts), len(amax),
-                                                             _FormatOverflow(amax, fmt))
+    overflow = _FormatOverflow(amax, fmt)
+    scales, applied, extras, stopped, final, flags = _replay(p.scaler.create(**opts), len(amax), overflow)
     return _trace(p, opts, flags, scales, applied, extras, stopped, final)
 
 
 _KINDS = ("none", "every", "random", "burst")
+MAX_PATTERN_STEPS = 10_000_000  # a million steps replay in about a second
 
 
 def overflow_pattern(kind: str, steps: int | None = None, *, every: int | None = None, p: float | None = None,
@@ -226,41 +288,71 @@ def overflow_pattern(kind: str, steps: int | None = None, *, every: int | None =
     * ``overflow_pattern("burst", steps, start=i, length=n)`` -- n overflows in a row from i;
     * ``overflow_pattern("none", steps)``.
 
+    ``steps`` is from 1 to ten million. Every setting given is checked, also one the kind
+    does not use.
+
     >>> overflow_pattern("..x.x").tolist()
     [False, False, True, False, True]
     >>> overflow_pattern("every", 6, every=3).tolist()
     [False, False, True, False, False, True]
     """
     if not isinstance(kind, str):
-        raise TypeError(f"kind must be a drawing such as '..x..' or one of {', '.join(_KINDS)}; got {kind!r}")
+        raise TypeError(f"kind must be a drawing such as '..x..' or one of {', '.join(_KINDS)}; got {shown(kind)}")
+    if every is not None:
+        every = integer("every", every, minimum=1)
+    if p is not None:
+        p = number("p", p, minimum=0, maximum=1)
+    first = 0 if start is None else integer("start", start, minimum=0)
+    length = integer("length", length, minimum=1)
+    seed = integer("seed", seed, minimum=0)
     if kind not in _KINDS:
         bad = sorted(set(kind) - set(".x"))
         if bad or not kind:
             raise ValueError("a drawing uses '.' (clean step) and 'x' (overflow) only; "
                              f"got {bad or 'an empty string'}; "
                              f"or give a kind: {', '.join(_KINDS)}")
+        if steps is not None:
+            raise ValueError(f"steps is for a kind ({', '.join(_KINDS)}); a drawing is as long as it is drawn")
         return np.array([c == "x" for c in kind], dtype=bool)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be an integer >= 0 for kind {kind!r}; got {steps!r}")
-    out = np.zeros(int(steps), dtype=bool)
+    if steps is None:
+        raise TypeError(f"overflow_pattern({kind!r}, steps) needs steps: an integer from 1 to {MAX_PATTERN_STEPS}")
+    steps = integer("steps", steps, minimum=1, maximum=MAX_PATTERN_STEPS)
+    out = np.zeros(steps, dtype=bool)
     if kind == "every":
-        k = num.check_interval("every", every, "overflow every k-th step")
-        out[k - 1::k] = True
+        if every is None:
+            raise TypeError("kind 'every' needs every=k (an integer >= 1): every k-th step overflows")
+        out[every - 1::every] = True
     elif kind == "random":
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
-            raise ValueError(f"p must be a probability in [0, 1]; got {p!r}")
-        out = np.random.default_rng(seed).random(int(steps)) < p
+        if p is None:
+            raise TypeError("kind 'random' needs p=... (a probability in [0, 1]) for each step to overflow")
+        out = np.random.default_rng(seed).random(steps) < p
     elif kind == "burst":
-        first = num.check_count("start", start) if start is not None else 0
-        out[first:first + num.check_count("length", length)] = True
+        out[first:first + length] = True
     return out
 
 
 def _as_dict(traces) -> dict:
-    """A Trace, a list of Traces or {label: Trace} as {label: Trace} (TypeError for anything else)."""
+    """A Trace, a list of Traces or {label: Trace} as {label: Trace} (TypeError for anything else).
+
+    A list is labelled by preset; two traces of one preset need a dict to tell them apart.
+    """
     if isinstance(traces, Trace):
         return {traces.preset: traces}
-    items = traces if isinstance(traces, dict) else {t.preset: t for t in traces}
+    if isinstance(traces, dict):
+        items = traces
+    elif isinstance(traces, (list, tuple)):
+        items = {}
+        for i, t in enumerate(traces):
+            if not isinstance(t, Trace):
+                raise TypeError(f"traces must be a Trace, a list of Traces or {{label: Trace}} (from simulate); "
+                                f"item {i} is {type(t).__name__}")
+            if t.preset in items:
+                raise ValueError(f"traces holds two {t.preset!r} traces: give a dict {{label: Trace}} "
+                                 "to label them apart")
+            items[t.preset] = t
+    else:
+        raise TypeError("traces must be a Trace, a list of Traces or {label: Trace} (from simulate); "
+                        f"got {type(traces).__name__}")
     for label, t in items.items():
         if not isinstance(t, Trace):
             raise TypeError(f"traces must be Trace objects (from simulate); {label!r} is {type(t).__name__}")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit import formats as lf
+from labkit._validate import integer, names, number
 from labkit.scaling import _numbers as num
 
 DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e5m2", "fp8_e4m3")
@@ -37,14 +38,11 @@ DEFAULT_FORMATS = ("fp16", "bf16", "fp8_e5m2", "fp8_e4m3")
 def gradient_values(values) -> np.ndarray:
     """A float64 array of finite gradient values: an array, {name: array} or a GradientRecord."""
     if isinstance(values, dict):
-        values = [np.asarray(v, dtype=np.float64).ravel() for v in values.values()] or [[]]
-        values = np.concatenate(values)
+        arrays = [num.real_array(f"values[{k!r}]", v).ravel() for k, v in values.items()]
+        values = np.concatenate(arrays) if arrays else np.zeros(0)
     elif hasattr(values, "values") and not isinstance(values, np.ndarray) and not callable(values.values):
         values = values.values
-    try:
-        arr = np.asarray(values, dtype=np.float64).ravel()
-    except (TypeError, ValueError):
-        raise TypeError("values must be numbers: an array of gradient values or a GradientRecord") from None
+    arr = num.real_array("values", values).ravel()
     if arr.size == 0:
         raise ValueError("values is empty: give at least one gradient value")
     if not np.all(np.isfinite(arr)):
@@ -73,6 +71,17 @@ class Fractions:
     subnormal: float
     normal: float
     overflow: float
+
+    def __post_init__(self):
+        lf.get(self.format)
+        check_scale(self.scale)
+        integer("count", self.count, minimum=0)
+        integer("zeros", self.zeros, minimum=0)
+        parts = [number(name, getattr(self, name), minimum=0, maximum=1)
+                 for name in ("lost", "subnormal", "normal", "overflow")]
+        if not math.isclose(sum(parts), 1.0 if self.count else 0.0, abs_tol=1e-9):
+            raise ValueError(f"lost + subnormal + normal + overflow must be 1 (fractions of count={self.count} "
+                             f"nonzero values; 0 when count is 0); got {sum(parts)!r}")
 
 
 def fractions(values, fmt, scale=1.0) -> Fractions:
@@ -107,30 +116,54 @@ class ScaleRange:
     lo_normal: float
     hi: float
 
-    @property
-    def empty(self) -> bool:
-        return self.lo > self.hi
-
+    # A sample near float64's limits (1e308 in bf16) can push lo or hi past them (to 0 or
+    # inf): then their log2 comes from the format's constants and the sample's extremes.
     @property
     def log2_lo(self) -> float:
-        return math.log2(self.lo)
+        return _log2(self.lo, lf.get(self.format).smallest_subnormal, self.min_abs)
+
+    @property
+    def log2_lo_normal(self) -> float:
+        return _log2(self.lo_normal, lf.get(self.format).smallest_normal, self.min_abs)
 
     @property
     def log2_hi(self) -> float:
-        return math.log2(self.hi)
+        return _log2(self.hi, lf.get(self.format).max, self.max_abs)
+
+    @property
+    def empty(self) -> bool:
+        if _normal(self.lo) and _normal(self.hi):
+            return self.lo > self.hi
+        return self.log2_lo > self.log2_hi
 
     @property
     def pow2_lo(self) -> float | None:
-        p = 2.0 ** math.ceil(self.log2_lo)
+        e = math.ceil(self.log2_lo)
+        if e > 1023:
+            return None
+        p = 2.0 ** max(e, -1074)  # float64's powers of two: 2**-1074 .. 2**1023
         return None if p > self.hi else p
 
     @property
     def pow2_hi(self) -> float | None:
-        p = 2.0 ** math.floor(self.log2_hi)
+        e = math.floor(self.log2_hi)
+        if e < -1074:
+            return None
+        p = 2.0 ** min(e, 1023)
         return None if p < self.lo else p
 
     def contains(self, scale) -> bool:
         return self.lo <= check_scale(scale) <= self.hi
+
+
+def _normal(x: float) -> bool:
+    """A float64 that kept its full precision: not 0, subnormal or inf."""
+    return 2.0**-1022 <= x < math.inf
+
+
+def _log2(ratio: float, top: float, bottom: float) -> float:
+    """log2(top / bottom), where ``ratio`` is that quotient as a float64 (exact unless it left the normal range)."""
+    return math.log2(ratio) if _normal(ratio) else math.log2(top) - math.log2(bottom)
 
 
 def safe_scale_range(values, fmt) -> ScaleRange:
@@ -149,7 +182,7 @@ def fractions_table(values, scale=1.0, formats=DEFAULT_FORMATS):
     from labkit.formats import Table
 
     rows = []
-    for name in formats:
+    for name in _format_names(formats):
         fr = fractions(values, name, scale)
         rows.append((fr.format, _pow2(fr.scale), f"{100 * fr.lost:.2f}%", f"{100 * fr.subnormal:.2f}%",
                      f"{100 * fr.normal:.2f}%", f"{100 * fr.overflow:.2f}%"))
@@ -162,13 +195,22 @@ def safe_range_table(values, formats=DEFAULT_FORMATS):
     from labkit.formats import Table
 
     rows = []
-    for name in formats:
+    for name in _format_names(formats):
         r = safe_scale_range(values, name)
         rows.append((r.format, f"2**{r.log2_lo:.1f}", f"2**{r.log2_hi:.1f}",
                      "empty" if r.empty else f"{_pow2(r.pow2_lo)} .. {_pow2(r.pow2_hi)}",
-                     f"2**{math.log2(r.lo_normal):.1f}"))
+                     f"2**{r.log2_lo_normal:.1f}"))
     return Table(("format", "S >= (nothing lost)", "S <= (no overflow)", "powers of two that lose nothing",
                   "S >= (all normal)"), tuple(rows), "Loss scales that keep every gradient value")
+
+
+def _format_names(formats) -> list[str]:
+    """One format or a list of them (names or FloatFormats) as a list of names: 'fp16' is not 'f', 'p', ..."""
+    if isinstance(formats, lf.FloatFormat):
+        return [formats.name]
+    if isinstance(formats, (list, tuple)):
+        formats = [f.name if isinstance(f, lf.FloatFormat) else f for f in formats]
+    return [lf.get(f).name for f in names("formats", formats)]
 
 
 def _pow2(x) -> str:

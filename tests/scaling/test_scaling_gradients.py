@@ -69,9 +69,36 @@ def test_fp8_on_the_real_tensor_sequence():
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="steps must be an integer >= 1"):
+    with pytest.raises(ValueError, match="steps must be an integer from 1 to 10000"):
         record_gradients(steps=0)
-    with pytest.raises(ValueError, match="lr must be a number > 0"):
+    with pytest.raises(ValueError, match="lr must be a finite number > 0"):
         record_gradients(steps=2, lr=-1)
     with pytest.raises(ValueError, match="sample_steps must be steps in"):
         record_gradients(steps=2, sample_steps=[5])
+
+
+def test_the_batch_size_is_checked_against_the_data_set_before_training():
+    from sklearn.datasets import load_digits
+
+    from labkit.scaling.gradients import N_DIGITS
+
+    assert len(load_digits().data) == N_DIGITS  # the largest batch drawn without replacement
+    with pytest.raises(ValueError, match=f"batch_size must be an integer from 1 to {N_DIGITS}; got 1000000"):
+        record_gradients(steps=2, batch_size=10**6)
+    assert record_gradients(steps=1, batch_size=N_DIGITS, hidden=4).activations[0].shape == (N_DIGITS, 4)
+
+
+@pytest.mark.parametrize("name, bad, error", [
+    ("steps", 2.5, TypeError), ("steps", True, TypeError), ("steps", 10**400, ValueError),
+    ("batch_size", 0, ValueError), ("hidden", -1, ValueError), ("hidden", 10**6, ValueError),
+    ("lr", 10**400, ValueError), ("lr", float("nan"), ValueError), ("lr", "0.5", TypeError),
+    ("seed", -1, ValueError), ("seed", 1.5, TypeError), ("sample_steps", [0.5], TypeError),
+    ("sample_steps", "0", TypeError), ("sample_steps", [-1], ValueError),
+])
+def test_each_setting_is_refused_by_name(name, bad, error):
+    with pytest.raises(error, match=name):
+        record_gradients(**{"steps": 2, name: bad})
+
+
+def test_one_sample_step_need_not_be_a_list():
+    assert record_gradients(steps=2, sample_steps=1).sample_steps == (1,)

@@ -22,7 +22,8 @@ def random_options(name, rng):
     if p.interval_option:
         opts[p.interval_option] = int(rng.integers(1, 9))
     if p.init_option:
-        opts[p.init_option] = float(rng.choice([2.0**16, 3.0, 2.0**-3, 2.0**120, 1e300]))
+        big = 2.0**127 if "float32" in p.storage else 1e300  # the largest scale each storage holds
+        opts[p.init_option] = float(rng.choice([2.0**16, 3.0, 2.0**-3, 2.0**120, big]))
     extra = {
         "torch": lambda: {"growth_factor": float(rng.choice([2.0, 1.5])),
                           "backoff_factor": float(rng.choice([0.5, 0.3]))},
@@ -190,3 +191,78 @@ def test_traces_table_has_a_row_per_trace():
     assert stopped.column("stopped") == ["step 1"]
     with pytest.raises(TypeError, match="Trace objects"):
         scaling.traces_table({"a": 1})
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp32"])
+def test_the_overflow_threshold_is_where_rounding_to_the_format_turns_non_finite(fmt):
+    from labkit import formats as lf
+    from labkit.scaling.trace import overflow_threshold
+
+    f = lf.get(fmt)
+    t = overflow_threshold(f)
+    assert not math.isfinite(float(f.round(t))) and math.isfinite(float(f.round(np.nextafter(t, 0))))
+    x = np.random.default_rng(0).uniform(0.5, 2.0, 2000) * f.max  # around max: both sides of the threshold
+    np.testing.assert_array_equal(x >= t, ~np.isfinite(f.round(x)))
+
+
+def test_closed_loop_agrees_with_rounding_each_step_through_the_format():
+    from labkit import formats as lf
+
+    fp16 = lf.get("fp16")
+    amax = np.random.default_rng(1).uniform(0.2, 2.0, 300)
+    for name in ("torch", "deepspeed", "jmp"):
+        t = scaling.simulate_closed_loop(name, amax, "fp16", growth_interval=3)
+        state, scales, overflows = scaling.PRESETS[name].create(growth_interval=3), [], []
+        for a in amax:
+            scales.append(float(state.loss_scale))
+            overflows.append(not math.isfinite(float(fp16.round(a * state.loss_scale))))
+            state = state.adjust(not overflows[-1])
+        assert t.overflows.tolist() == overflows and t.scales.tolist() == scales
+        assert 0 < t.overflows.sum() < len(amax)
+
+
+def test_seed004s_int_scale_stops_where_python_cannot_halve_it():
+    # the seed's scale stays an int while it only grows; past float64's range `scale /= 2` raises
+    flags = [False] * 1010 + [True, False]
+    for engine in ("fast", "adjust"):
+        t = scaling.simulate("seed004", flags, growth_interval=1, engine=engine)
+        assert t.stopped_at == 1010 and len(t) == 1011 and t.scales[-1] == math.inf
+        assert "integer division result too large for a float" in t.stop_reason
+    assert scaling.simulate("seed004", [False] * 1000 + [True], growth_interval=1).stopped_at is None
+
+
+def test_deepspeed_int_scales_run_up_to_2_to_the_1023():
+    t = scaling.simulate("deepspeed", [False, True, True], initial_scale_power=1023, hysteresis=1)
+    assert type(t.options["init_scale"]) is int and t.scales.tolist() == [2.0**1023, 2.0**1023, 2.0**1022]
+    with pytest.raises(ValueError, match="initial_scale_power must be an integer from -1074 to 1023; got 1024"):
+        scaling.simulate("deepspeed", [False], initial_scale_power=1024)
+
+
+def test_a_state_built_by_hand_is_checked_but_a_replayed_one_may_reach_0_or_inf():
+    with pytest.raises(ValueError, match="loss_scale must be a finite number > 0"):
+        scaling.TorchGradScaler(loss_scale=0.0)
+    with pytest.raises(ValueError, match="loss_scale must be a number > 0 that float32 holds"):
+        scaling.TorchGradScaler(loss_scale=1e39)
+    s = scaling.TorchGradScaler(loss_scale=2.0**-149)
+    assert s.adjust(False).loss_scale == 0.0 and s.adjust(False).adjust(True).loss_scale == 0.0
+    k = scaling.KerasLossScale(loss_scale=2.0**127, dynamic_growth_steps=1)
+    assert k.adjust(True).loss_scale == math.inf
+
+
+def test_preset_table_takes_one_name_or_a_list():
+    assert scaling.preset_table("torch").column("preset") == ["torch"]
+    assert scaling.preset_table(("jmp", "apex")).column("preset") == ["jmp", "apex"]
+    with pytest.raises(ValueError, match="unknown names 'pytorch'; choose one of 'torch'"):
+        scaling.preset_table(["torch", "pytorch"])
+    with pytest.raises(TypeError, match="names must be a name or a list of names"):
+        scaling.preset_table(0)
+
+
+def test_traces_table_wants_traces_and_tells_two_of_one_preset_apart_by_a_dict():
+    a, b = scaling.simulate("torch", [True]), scaling.simulate("torch", [False])
+    for bad in ([1], "torch", 1, [a, None]):
+        with pytest.raises(TypeError, match="traces must be a Trace, a list of Traces or {label: Trace}"):
+            scaling.traces_table(bad)
+    with pytest.raises(ValueError, match="two 'torch' traces"):
+        scaling.traces_table([a, b])
+    assert scaling.traces_table({"a": a, "b": b}).column("rule") == ["a", "b"]

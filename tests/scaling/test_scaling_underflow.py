@@ -70,9 +70,15 @@ def test_all_zero_sample():
         underflow.safe_scale_range(np.zeros(4), "fp16")
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "2**8"])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 10**400])
 def test_bad_scale(bad):
     with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        underflow.fractions([1.0], "fp16", bad)
+
+
+@pytest.mark.parametrize("bad", [True, "2**8", None])
+def test_a_scale_that_is_not_a_number_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="scale must be a number"):
         underflow.fractions([1.0], "fp16", bad)
 
 
