@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 
+from labkit import _validate
+
 _ENGINES = {"torch": "labkit.distributed.torch_dist", "jax": "labkit.distributed.jax_dist", "tf": "labkit.distributed.tf_dist"}
 
 
@@ -33,9 +35,9 @@ def check_engine(config, framework: str, name: str) -> None:
     from labkit.train.config import RunConfig
 
     if not isinstance(config, RunConfig):
-        raise TypeError(f"the {name} engine's run() takes a RunConfig, got {type(config).__name__}")
+        raise TypeError(f"config must be a RunConfig (the {name} engine's run() takes one), got {type(config).__name__}")
     if config.framework != framework:
-        raise ValueError(f"this is the {name} engine: it runs framework={framework!r}, got {config.framework!r}")
+        raise ValueError(f"this is the {name} engine: it runs framework={_validate.shown(framework)}, got {config.framework!r}")
     if config.devices < 2:
         raise ValueError(f"the {name} engine needs devices >= 2, got {config.devices}; one device runs via "
                          "labkit.train.run")

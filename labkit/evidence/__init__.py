@@ -93,7 +93,7 @@ def document(kind: str, records: list, *, command: str, complete: bool, machine:
     if not isinstance(records, (list, tuple)):
         raise TypeError(f"records must be a list of records (dicts); got {type(records).__name__}")
     if not isinstance(command, str):
-        raise TypeError(f"command must be the command line that measured the records (a string); got {command!r}")
+        raise TypeError(f"command must be the command line that measured the records (a string); got {_validate.shown(command)}")
     return {"format": FORMAT, "version": VERSION, "kind": kind,
             "date": date or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": command, "complete": bool(complete), "machine": describe_machine() if machine is None else machine, "versions": _versions(), "records": list(records)}
@@ -182,7 +182,7 @@ class Evidence:
 def load(path) -> Evidence:
     """Read and check one evidence file."""
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
-        raise TypeError(f"path must be the path of an evidence file (str or os.PathLike); got {path!r}")
+        raise TypeError(f"path must be the path of an evidence file (str or os.PathLike); got {_validate.shown(path)}")
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -198,7 +198,7 @@ def load(path) -> Evidence:
 def stored(folder=None) -> list[Evidence]:
     """Every evidence file in `folder` (default: the one shipped with labkit), oldest first."""
     if folder is not None and not isinstance(folder, (str, os.PathLike)):
-        raise TypeError(f"folder must be a folder path or None (the stored evidence); got {folder!r}")
+        raise TypeError(f"folder must be a folder path or None (the stored evidence); got {_validate.shown(folder)}")
     folder = STORED if folder is None else Path(folder)
     if not folder.is_dir():
         raise ValueError(f"no evidence folder at {folder}")

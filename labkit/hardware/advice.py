@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from labkit import _validate
 from labkit.hardware.report import BF16_FLAGS, FP16_FLAGS, CPUInfo, GPUInfo, HardwareReport
 
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -41,7 +42,20 @@ class Advice:
     def __post_init__(self):
         if self.precision not in PRECISIONS:
             raise ValueError(f"Advice.precision must be one of {', '.join(PRECISIONS)}, "
-                             f"not {self.precision!r}")
+                             f"not {_validate.shown(self.precision)}")
+        if not isinstance(self.loss_scaling, bool):
+            raise TypeError(f"Advice.loss_scaling must be True or False, not {_validate.shown(self.loss_scaling)}")
+        for name in ("reason", "target"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Advice.{name} must be a str, not {_validate.shown(getattr(self, name))}")
+        if not isinstance(self.frameworks, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.frameworks.items()):
+            raise TypeError("Advice.frameworks must map framework names to how to ask for the precision (str to "
+                            f"str), not {_validate.shown(self.frameworks)}")
+        if isinstance(self.notes, str) or not isinstance(self.notes, (tuple, list)) or not all(
+                isinstance(n, str) for n in self.notes):
+            raise TypeError(f"Advice.notes must be a tuple of str, not {_validate.shown(self.notes)}")
+        object.__setattr__(self, "notes", tuple(self.notes))
 
     @property
     def headline(self) -> str:
@@ -220,10 +234,10 @@ def native_precision(framework: str, precision: str, report: HardwareReport | No
     Native(native=True, why='NVIDIA A100 (compute capability 8.0, Ampere) has bf16 Tensor Cores')
     """
     if not isinstance(framework, str) or framework not in _NATIVE_FRAMEWORKS:
-        raise ValueError(f"unknown framework {framework!r}; choose from torch, jax, tf")
+        raise ValueError(f"unknown framework {_validate.shown(framework)}; choose from torch, jax, tf")
     fmt = precision.removesuffix("-pure") if isinstance(precision, str) else precision
     if fmt not in ("fp32", "tf32", "bf16", "fp16"):
-        raise ValueError(f"unknown precision {precision!r}; choose from fp32, tf32, fp16, bf16, bf16-pure")
+        raise ValueError(f"unknown precision {_validate.shown(precision)}; choose from fp32, tf32, fp16, bf16, bf16-pure")
     if fmt in ("fp32", "tf32"):
         return Native(True, f"{fmt} is what every device computes in")
     if report is None:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from labkit import _validate
+
 FRAMEWORKS = ("torch", "jax", "tensorflow")
 """The frameworks `detect()` can probe; ``"tf"`` is accepted for ``"tensorflow"``."""
 
@@ -101,7 +103,7 @@ def framework_name(name: str) -> str:
     key = check_str(name, "framework name").strip().lower()
     key = {"tf": "tensorflow"}.get(key, key)
     if key not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {name!r}; choose from {', '.join(FRAMEWORKS)} (or 'tf')")
+        raise ValueError(f"unknown framework name {_validate.shown(name)}; choose from {', '.join(FRAMEWORKS)} (or 'tf')")
     return key
 
 
@@ -110,13 +112,13 @@ def parse_capability(value) -> tuple[int, int]:
     if isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", value)
         if not m:
-            raise ValueError(f"compute capability must look like '8.6', not {value!r}")
+            raise ValueError(f"compute capability must look like '8.6', not {_validate.shown(value)}")
         return int(m.group(1)), int(m.group(2))
     if (isinstance(value, (tuple, list)) and len(value) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
         return int(value[0]), int(value[1])
     raise TypeError(f"compute capability must be two ints (major, minor) or a 'major.minor' str, "
-                    f"not {value!r}")
+                    f"not {_validate.shown(value)}")
 
 
 @dataclass(frozen=True)
@@ -142,14 +144,15 @@ class CPUInfo:
         check_str(self.arch, "CPUInfo.arch")
         flags = sorted({f.lower() for f in check_strs(self.flags, "CPUInfo.flags")})
         object.__setattr__(self, "flags", tuple(flags))
-        if self.cores is not None and (not isinstance(self.cores, int) or self.cores < 1):
-            raise ValueError(f"CPUInfo.cores must be a positive int or None, not {self.cores!r}")
+        if self.cores is not None:
+            _validate.integer("CPUInfo.cores", self.cores, minimum=1)
         if not isinstance(self.isa_caps, Mapping):
             raise TypeError(f"CPUInfo.isa_caps must be a mapping such as {{'ONEDNN_MAX_CPU_ISA': 'AVX2'}}, "
                             f"not {type(self.isa_caps).__name__}")
         unknown = sorted(set(self.isa_caps) - set(ISA_KNOBS))
         if unknown:
-            raise ValueError(f"unknown instruction-set knob(s) {', '.join(unknown)}; choose from {', '.join(ISA_KNOBS)}")
+            raise ValueError(f"CPUInfo.isa_caps: unknown instruction-set knob(s) {', '.join(map(_validate.shown, unknown))}; "
+                             f"choose from {', '.join(ISA_KNOBS)}")
         object.__setattr__(self, "isa_caps", {k: check_str(v, k).upper() for k, v in self.isa_caps.items()})
 
     @property
@@ -207,7 +210,7 @@ class GPUInfo:
         if not check_str(self.name, "GPUInfo.name"):
             raise ValueError("GPUInfo.name must not be empty")
         if self.vendor not in VENDORS:
-            raise ValueError(f"GPUInfo.vendor must be one of {', '.join(VENDORS)}, not {self.vendor!r}")
+            raise ValueError(f"GPUInfo.vendor must be one of {', '.join(VENDORS)}, not {_validate.shown(self.vendor)}")
         if self.capability is not None:
             object.__setattr__(self, "capability", parse_capability(self.capability))
 
@@ -247,8 +250,8 @@ class TPUInfo:
 
     def __post_init__(self):
         check_str(self.kind, "TPUInfo.kind")
-        if self.count is not None and (not isinstance(self.count, int) or self.count < 1):
-            raise ValueError(f"TPUInfo.count must be a positive int or None, not {self.count!r}")
+        if self.count is not None:
+            _validate.integer("TPUInfo.count", self.count, minimum=1)
 
 
 @dataclass(frozen=True)

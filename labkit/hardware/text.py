@@ -14,7 +14,7 @@ def format_report(report: HardwareReport, advice: Advice | None = None) -> str:
     """Devices, capabilities, what each framework will use, versions, and the advice
     (``advise(report)`` unless given)."""
     if not isinstance(report, HardwareReport):
-        raise TypeError(f"format_report() takes a HardwareReport, not {type(report).__name__}")
+        raise TypeError(f"report must be a HardwareReport (from detect() or example_report()), not {type(report).__name__}")
     if advice is None:
         advice = advise(report)
     elif not isinstance(advice, Advice):
