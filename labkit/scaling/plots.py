@@ -163,6 +163,10 @@ def _new_figure(size):
 
 
 def _figure(ax, size):
+    from matplotlib.axes import Axes
+
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes to draw into, or None for a new figure; got {type(ax).__name__}")
     if ax is not None:
         return ax.figure, ax
     fig = _new_figure(size)
@@ -197,12 +201,14 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
     fmts = [lf.get(f) for f in names("formats", formats)]
     if not fmts:
         raise ValueError("formats must name at least one format, e.g. ('fp16',)")
-    bins = integer("bins", bins, minimum=1)
+    bins = integer("bins", bins, minimum=1, maximum=100_000)
     xlim = None if xlim is None else _xlim(xlim)
     groups = _groups(values)
     pooled = np.concatenate([g.ravel() for g in groups.values()])
     s = check_scale(scale)
     nonzero = np.abs(pooled[pooled != 0])
+    if nonzero.size == 0:
+        raise ValueError("values are all exactly zero: a log2|g| histogram needs at least one nonzero gradient")
     zeros = 1 - nonzero.size / pooled.size
     log2_s = math.log2(s)  # added in the log domain: |g| * S itself may round to 0 (S = 2**-1074) or overflow
     x = np.log2(nonzero) + log2_s

@@ -39,6 +39,7 @@ import math
 
 import ipywidgets as widgets
 
+from labkit._validate import shown
 from labkit.formats.plots import FIELD_COLORS, FORMAT_COLORS, pale
 from labkit.formats.spec import get
 from labkit.formats.summary import bit_fields, format_names
@@ -157,7 +158,10 @@ class FormatExplorer(widgets.VBox):
 
     def __init__(self, value="0.1", names=None, pattern_format: str = "fp16"):
         names = format_names(names)
-        pattern_name = get(pattern_format).name
+        try:
+            pattern_name = get(pattern_format).name
+        except ValueError as exc:
+            raise ValueError(f"pattern_format: {exc}") from None
         self._quiet = False
         self._synced = None  # the |x| the slider was last moved to from the text box
         self.view: ExplorerView | None = None
@@ -198,7 +202,8 @@ class FormatExplorer(widgets.VBox):
         """The button of bit `index` (0 = least significant) in `fmt`'s row."""
         row = self._row(fmt)
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(row.buttons):
-            raise ValueError(f"{row.name} has bits 0 .. {len(row.buttons) - 1} (0 = least significant), got {index!r}")
+            raise ValueError(f"index must be a bit of {row.name}: 0 .. {len(row.buttons) - 1} (0 = least significant), "
+                             f"got {shown(index)}")
         return row.buttons[len(row.buttons) - 1 - index]
 
     def value_label(self, fmt) -> widgets.HTML:

@@ -172,6 +172,8 @@ class ScalerPlayground(widgets.VBox):
 
     def __init__(self, preset: str = "torch", pattern: str = "random 300 p=0.02 seed=1", **options):
         p = get_preset(preset)
+        if not isinstance(pattern, str):
+            raise TypeError(f"pattern must be a str such as {playground.PATTERN_HELP!r}; got {type(pattern).__name__}")
         for name in options:
             choice(f"{p.name} option", name, p.defaults)
         self.trace = None

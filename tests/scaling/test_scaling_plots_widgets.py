@@ -103,7 +103,7 @@ def test_gradient_histogram_draws_scales_where_g_times_s_leaves_float64(scale):
     (lambda t: plots.plot_traces(t, band=(16.0, 2.0)), ValueError, "band's hi must be a finite number >= 16"),
     (lambda t: plots.plot_traces(t, band=(0, 2.0)), ValueError, "band's lo must be a finite number > 0"),
     (lambda t: plots.plot_traces(t, band=5), TypeError, "band must be a ScaleRange or a pair"),
-    (lambda t: plots.plot_gradient_histogram(sample(), bins=0), ValueError, "bins must be an integer >= 1"),
+    (lambda t: plots.plot_gradient_histogram(sample(), bins=0), ValueError, "bins must be an integer from 1 to"),
     (lambda t: plots.plot_gradient_histogram(sample(), bins=True), TypeError, "bins must be an integer"),
     (lambda t: plots.plot_gradient_histogram(sample(), formats=[]), ValueError, "at least one format"),
     (lambda t: plots.plot_gradient_histogram(sample(), xlim=[1]), TypeError, "xlim must be a pair"),
@@ -321,3 +321,13 @@ def test_widgets_have_short_stable_reprs():
 
 def test_the_playground_doc_examples_run():
     assert doctest.testmod(playground).failed == 0
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: plots.plot_traces(scaling.simulate("torch", [False, True]), ax="axes"), TypeError, "ax must be a matplotlib Axes"),
+    (lambda: plots.plot_gradient_histogram(np.zeros(8)), ValueError, "values are all exactly zero"),
+    (lambda: plots.plot_gradient_histogram(np.ones(8), bins=10**400), ValueError, "bins must be an integer from 1 to"),
+])
+def test_plot_arguments_the_fuzz_found_are_refused_by_name(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

@@ -123,3 +123,14 @@ def test_bad_input_in_every_text_box_shows_a_message_about_that_input(name):
     if name == "ScalerPlayground":  # the walk found a box for each option of each preset
         wanted = {(p, n) for p in PRESETS for n, d in PRESETS[p].defaults.items() if not isinstance(d, bool)}
         assert {(p or "torch", n) for p, n in found} == wanted | {(p, "pattern") for p in PRESETS}
+
+
+def test_constructor_arguments_are_named_when_refused():
+    from labkit.widgets import FormatExplorer, ScalerPlayground
+
+    with pytest.raises(ValueError, match="^pattern_format: unknown float format"):
+        FormatExplorer(pattern_format="fp9")
+    with pytest.raises(TypeError, match="^pattern must be a str"):
+        ScalerPlayground(pattern=5)
+    with pytest.raises(ValueError, match="^index must be a bit of fp16: 0 .. 15"):
+        FormatExplorer().bit_button("fp16", 16)

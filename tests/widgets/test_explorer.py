@@ -170,7 +170,7 @@ def test_a_subset_of_formats_and_bad_arguments():
     assert repr(e) == "FormatExplorer(value='1', formats=['bf16', 'fp16'])"
     with pytest.raises(ValueError, match="shows bf16, fp16, not fp32"):
         e.value_label("fp32")
-    with pytest.raises(ValueError, match=r"bits 0 \.\. 15"):
+    with pytest.raises(ValueError, match=r"index must be a bit of fp16: 0 \.\. 15"):
         e.bit_button("fp16", 16)
     with pytest.raises(ValueError, match="valid names"):
         FormatExplorer("1", names=["fp12"])
