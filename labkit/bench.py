@@ -34,15 +34,16 @@ the AVX2-capped Xeon this was written on, where fp32 took 0.15 s.
 from __future__ import annotations
 
 import importlib
-import math
 import time
 from typing import Callable
 
 import numpy as np
 
 from labkit import memory
+from labkit._validate import choice, integer, names, number, out_path, shown
 from labkit.formats.table import Table
 from labkit.train import FRAMEWORKS, MODELS, PRECISIONS, RunConfig
+from labkit.train.config import DEVICES
 
 DEFAULT_WIDTH = {"mlp": 2048, "transformer": 256}
 DEFAULT_BATCH = 512
@@ -71,34 +72,36 @@ def train_flops(model: str, batch_size: int, width: int | None = None) -> int:
     from labkit.train.models import DEFAULT_WIDTH as MODEL_WIDTH
     from labkit.train.models import N_CLASSES, N_PIXELS, transformer_shape
 
+    model, batch_size, width = memory.check_sizes(model, batch_size, width)
     if model == "mlp":
-        w = width or MODEL_WIDTH["mlp"]  # the model's default width, not this module's DEFAULT_WIDTH
+        w = MODEL_WIDTH["mlp"] if width is None else width  # the model's default, not this module's DEFAULT_WIDTH
         macs = N_PIXELS * w + w * w + w * N_CLASSES
-    elif model == "transformer":
+    else:
         s = transformer_shape(width)
         t, d = N_PIXELS, s.d_model
         macs = s.layers * t * (12 * d * d + 2 * t * d) + d * N_CLASSES
-    else:
-        raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
     return 3 * 2 * macs * batch_size
 
 
 def peak_tflops(device: str) -> float | None:
     """The chip's dense bf16 (fp16 before Ampere) peak, if the device description names a known GPU."""
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a device description (a string); got {type(device).__name__} {shown(device)}")
     text = device.upper().replace(" ", "")
     return next((v for k, v in PEAK_TFLOPS.items() if k in text), None)
 
 
 def _split(values, allowed, what: str) -> list[str]:
-    items = [v.strip() for v in values.split(",")] if isinstance(values, str) else list(values)
-    bad = [v for v in items if v not in allowed]
-    if bad or not items:
-        raise ValueError(f"unknown {what} {', '.join(map(repr, bad)) or '(none given)'}; choose from {', '.join(allowed)}")
+    """A list of names from `allowed`: a list, one name, or one comma-separated string ("torch,jax")."""
+    items = names(what, [v.strip() for v in values.split(",")] if isinstance(values, str) else values, allowed)
+    if not items:
+        raise ValueError(f"no {what} given; choose from {', '.join(allowed)}")
     return items
 
 
 def cells(frameworks, precisions, models, odd_sizes: bool = False) -> list[tuple[str, str, str, str]]:
     """(framework, model, shape, precision) in run order: fp32 first in each group."""
+    _flag("odd_sizes", odd_sizes)
     fws = _split(frameworks, FRAMEWORKS, "framework")
     precs = _split(precisions, PRECISIONS, "precision")
     precs = sorted(set(precs), key=lambda p: (p != "fp32", PRECISIONS.index(p)))
@@ -107,19 +110,64 @@ def cells(frameworks, precisions, models, odd_sizes: bool = False) -> list[tuple
     return [(f, m, s, p) for f in fws for m in mods for s in shapes for p in precs]
 
 
+SHAPES = ("aligned", "odd")
+
+
 def shape_of(model: str, shape: str, batch_size: int | None, width: int | None) -> tuple[int, int]:
-    """Batch size and width for a cell: aligned defaults, or odd neighbours of them."""
-    b = batch_size or DEFAULT_BATCH
-    w = width or DEFAULT_WIDTH[model]
+    """Batch size and width for a cell: aligned defaults (None), or odd neighbours of them.
+
+    "odd" runs batch size - 1 and width - 1 (the transformer: width - 4, keeping its 4 heads, each
+    of an odd size), so it needs a batch size of 2 or more and a width of 2 (transformer: 8) or more.
+
+    >>> shape_of("mlp", "odd", 64, 256)
+    (63, 255)
+    """
+    from labkit.train.models import transformer_shape
+
+    shape = choice("shape", shape, SHAPES)
+    model, b, w = memory.check_sizes(model, DEFAULT_BATCH if batch_size is None else batch_size, width)
+    w = DEFAULT_WIDTH[model] if w is None else w
+    if model == "transformer":
+        transformer_shape(w)  # 4 heads must divide it
     if shape == "odd":
-        b = b - 1
-        w = w - 4 if model == "transformer" else w - 1  # transformer: 4 heads, so d_head becomes odd
+        less = 4 if model == "transformer" else 1  # transformer: 4 heads, so d_head becomes odd
+        if b < 2 or w <= less:
+            raise ValueError(f"odd sizes also run batch size - 1 and width - {less}: they need a batch "
+                             f"size of 2 or more and a width of {less + 1 if less == 1 else 2 * less} or more for "
+                             f"the {model}; got batch size {b}, width {w}")
+        b, w = b - 1, w - less
     return b, w
+
+
+def _flag(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {shown(value)}")
+    return bool(value)
+
+
+def _plan(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *, batch_size: int | None = None,
+          width: int | None = None, warmup: int = 2, steps: int | None = None, device: str = "auto",
+          odd_sizes: bool = False, max_seconds: float = 20.0, on_cell: Callable[[dict], None] | None = None,
+          ) -> list[tuple[str, str, str, str]]:
+    """What `bench` checks before it runs a cell, and its plan (`cells`); a bad value is a
+    ValueError or TypeError that names it. Nothing is imported or run."""
+    integer("warmup", warmup, minimum=0, maximum=MAX_STEPS)
+    if steps is not None:
+        integer("steps", steps, minimum=1, maximum=MAX_STEPS)
+    number("max_seconds", max_seconds, minimum=0, inclusive=False)
+    choice("device", device, DEVICES)
+    if on_cell is not None and not callable(on_cell):
+        raise TypeError(f"on_cell must be a function of one record, or None; got {type(on_cell).__name__}")
+    plan = cells(frameworks, precisions, models, odd_sizes)
+    for model, shape in dict.fromkeys((m, s) for _, m, s, _ in plan):
+        shape_of(model, shape, batch_size, width)
+    return plan
 
 
 SMALL = {"mlp": (64, 256), "transformer": (8, 64)}
 """(batch, width) at which an emulated precision is timed, next to fp32 at the same size."""
 MIN_STEPS = 3  # timed steps a measurement needs, at the least
+MAX_STEPS = 100_000  # warm-up or timed steps of one cell, at the most
 
 
 def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *, batch_size: int | None = None,
@@ -140,12 +188,8 @@ def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *
     has status ``"emulated"`` and says how many times slower than fp32 it is; if even the small
     size does not fit, it is ``"skipped"`` with that reason.
     """
-    for name, value, low in (("warmup", warmup, 0), ("steps", 1 if steps is None else steps, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
-    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
-        raise ValueError(f"max_seconds must be a number of seconds > 0, got {max_seconds!r}")
-    plan = cells(frameworks, precisions, models, odd_sizes)
+    plan = _plan(frameworks, precisions, models, batch_size=batch_size, width=width, warmup=warmup, steps=steps,
+                 device=device, odd_sizes=odd_sizes, max_seconds=max_seconds, on_cell=on_cell)
     records, baseline, small_fp32, on_cpu = [], {}, {}, {}
     for framework, model, shape, precision in plan:
         if framework not in on_cpu:  # imports the framework and its runner: a one-time cost, outside any budget
@@ -355,6 +399,14 @@ def _activations(framework: str, memory_dict: dict) -> dict:
 
 
 def progress_line(rec: dict, index: int | None = None, total: int | None = None, left_s: float | None = None) -> str:
+    """One line for a finished cell: "[index/total] what, its time, speed-up and status (time left)"."""
+    (rec,) = _records([rec], "rec")
+    if index is not None:
+        index = integer("index", index, minimum=0)
+    if total is not None:
+        total = integer("total", total, minimum=1)
+    if left_s is not None:
+        left_s = number("left_s", left_s, minimum=0)
     head = f"[{index}/{total}] " if index else ""
     name = f"{rec['framework']:5} {rec['model']:11} {rec['precision']:9} b={rec['batch_size']} w={rec['width']}"
     eta = f"  (about {_duration(left_s)} left)" if left_s else ""
@@ -371,11 +423,37 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
+_KEYS = {
+    None: ("framework", "model", "precision", "batch_size", "width", "status", "activation_bytes_model"),
+    "ok": ("step_time_s", "samples_per_s", "achieved_tflops", "activation_bytes", "final_loss"),
+    "emulated": ("emulated_slowdown", "small_batch_size", "small_width", "reason"),
+    "skipped": ("reason",),
+}
+
+
+def _records(records, what: str = "records") -> list[dict]:
+    """`bench` records: a list of dicts, each with the keys its status needs (a clear error otherwise)."""
+    if isinstance(records, (str, bytes, dict)) or not isinstance(records, (list, tuple)):
+        raise TypeError(f"{what} must be a list of the dicts labkit.bench.bench returns; got "
+                        f"{type(records).__name__} {shown(records)}")
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise TypeError(f"{what} must be dicts, as labkit.bench.bench returns them; got {shown(r)}")
+        status = r.get("status")
+        if status not in ("ok", "emulated", "skipped"):
+            raise ValueError(f"{what}[{i}] has status {shown(status)}; a bench record's is 'ok', 'emulated' or "
+                             "'skipped'")
+        missing = [k for k in _KEYS[None] + _KEYS[status] if k not in r]
+        if missing:
+            raise ValueError(f"{what}[{i}] lacks {', '.join(map(repr, missing))} (labkit.bench.bench records have it)")
+    return list(records)
+
+
 def table(records: list[dict]) -> Table:
     """The records as a Table (one row per cell). An emulated cell shows its slowdown against
     fp32 at the small size it was timed at, in the "vs fp32" column."""
     rows = []
-    for r in records:
+    for r in _records(records):
         act = f"({_mb(r['activation_bytes_model'])})"
         if r["status"] == "skipped":
             rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
@@ -403,8 +481,19 @@ def _mb(n) -> str:
     return f"{n / 1e6:.2f}"
 
 
+def plot_suffixes() -> tuple[str, ...]:
+    """The file suffixes `plot` can save to: what matplotlib's canvas supports (".png", ".svg", ".pdf", ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return tuple(f".{k}" for k in sorted(FigureCanvasBase.get_supported_filetypes()))
+
+
 def plot(records: list[dict], path: str | None = None):
-    """Bar chart of speed-up vs fp32 per cell; saved to `path` if given. Returns the Figure."""
+    """Bar chart of speed-up vs fp32 per cell; saved to `path` if given (its suffix one of
+    `plot_suffixes()`: checked before drawing). Returns the Figure."""
+    records = _records(records)
+    if path is not None:
+        path = out_path("path", path, suffixes=plot_suffixes())
     import matplotlib.pyplot as plt
 
     done = [r for r in records if r["status"] == "ok" and r.get("speedup_vs_fp32")]
@@ -424,6 +513,24 @@ def plot(records: list[dict], path: str | None = None):
 
 # -- the hardware's ceiling: one big matmul per framework ----------------------------------------
 MATMUL_FRAMEWORKS = ("torch", "jax", "tf")
+MAX_MATMUL_N = 2**15  # two 32768 x 32768 float32 operands already take 8 GiB
+
+
+def _seconds(name: str, value) -> float:
+    """A time budget: a finite number > 0 (here, where matmul_ms's `number` argument hides _validate's)."""
+    return number(name, value, minimum=0, inclusive=False)
+
+
+def _check_ms(ms) -> None:
+    """`matmul_ms`'s result: {(framework, dtype): milliseconds > 0}."""
+    if not isinstance(ms, dict) or not ms:
+        raise TypeError(f"ms must be the dict matmul_ms returns, {{(framework, dtype): milliseconds}}; got "
+                        f"{type(ms).__name__} {shown(ms)}")
+    for key, t in ms.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+            raise TypeError(f"ms must be keyed by (framework, dtype) pairs, as matmul_ms returns it; "
+                            f"got key {shown(key)}")
+        number(f"ms[{key!r}] (a time in milliseconds)", t, minimum=0, inclusive=False)
 
 
 def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "bfloat16"),
@@ -440,12 +547,11 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
     """
     import timeit
 
-    for name, value in (("n", n), ("repeats", repeats), ("number", number)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
-                                    or not max_seconds > 0):
-        raise ValueError(f"max_seconds must be a number of seconds > 0 or None, got {max_seconds!r}")
+    n = integer("n", n, minimum=1, maximum=MAX_MATMUL_N)
+    repeats = integer("repeats", repeats, minimum=1, maximum=MAX_STEPS)
+    number_ = integer("number", number, minimum=1, maximum=MAX_STEPS)
+    if max_seconds is not None:
+        max_seconds = _seconds("max_seconds", max_seconds)
     frameworks = _split(frameworks, MATMUL_FRAMEWORKS, "framework")
     dtypes = _split(dtypes, ("float32", "bfloat16", "float16"), "dtype")
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
@@ -454,7 +560,7 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
         for dtype in dtypes:
             call = _matmul_call(framework, a, dtype)
             first = min(timeit.repeat(call, number=1, repeat=1))  # the warm-up, timed to size the rest
-            k, r = number, repeats
+            k, r = number_, repeats
             if max_seconds is not None and first * k * r > max_seconds:
                 k, r = 1, max(1, min(repeats, int(max_seconds / max(first, 1e-9))))
             out[framework, dtype] = 1e3 * min(timeit.repeat(call, number=k, repeat=r)) / k
@@ -474,6 +580,10 @@ def emulation_table(frameworks=MATMUL_FRAMEWORKS, dtypes=("bfloat16", "float16")
 
     frameworks = _split(frameworks, MATMUL_FRAMEWORKS, "framework")
     dtypes = _split(dtypes, ("bfloat16", "float16"), "dtype")
+    n = integer("n", n, minimum=1, maximum=MAX_MATMUL_N)
+    max_seconds = _seconds("max_seconds", max_seconds)
+    if ms is not None:
+        _check_ms(ms)
     if ms is None:
         ms = matmul_ms(n, frameworks, ("float32", *dtypes), repeats=3, number=3, max_seconds=max_seconds)
     missing = [(f, d) for f in frameworks for d in ("float32", *dtypes) if (f, d) not in ms]
@@ -521,8 +631,8 @@ def matmul_table(ms: dict[tuple[str, str], float], n: int) -> Table:
     """`matmul_ms`'s figures per framework: ms and GFLOP/s (2 n^3 flops) for each dtype, and each
     dtype's speed-up over the framework's own float32; the title says how the fastest run of each
     dtype, in any framework, compare -- what the hardware gives, whichever library gets it."""
-    if not isinstance(ms, dict) or not ms:
-        raise ValueError("matmul_table takes the dict matmul_ms returns")
+    _check_ms(ms)
+    n = integer("n", n, minimum=1, maximum=MAX_MATMUL_N)
     dtypes = list(dict.fromkeys(d for _, d in ms))
     rows = []
     for fw in dict.fromkeys(f for f, _ in ms):

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from labkit._validate import integer, shown
+
 PASS, FAIL = "✓", "✗"
 
 SANITIZE = (
@@ -52,13 +54,18 @@ class Check:
     seen: str = ""
 
     def __post_init__(self):
-        if not isinstance(self.claim, str) or not self.claim.strip() or "\n" in self.claim:
-            raise ValueError(f"a check's claim must be one non-empty line of text, got {self.claim!r}")
+        if not isinstance(self.claim, str):
+            raise TypeError(f"a check's claim must be one line of text, got {type(self.claim).__name__} "
+                            f"{shown(self.claim)}")
+        if not self.claim.strip() or "\n" in self.claim:
+            raise ValueError(f"a check's claim must be one non-empty line of text, got {shown(self.claim)}")
         if not isinstance(self.holds, (bool, np.bool_)):
-            raise TypeError(f"holds must be True or False, got {type(self.holds).__name__} {self.holds!r}")
+            raise TypeError(f"holds must be True or False, got {type(self.holds).__name__} {shown(self.holds)}")
         object.__setattr__(self, "holds", bool(self.holds))
-        if not isinstance(self.seen, str) or "\n" in self.seen:
-            raise TypeError(f"seen must be one line of text, got {self.seen!r}")
+        if not isinstance(self.seen, str):
+            raise TypeError(f"seen must be one line of text, got {type(self.seen).__name__} {shown(self.seen)}")
+        if "\n" in self.seen:
+            raise ValueError(f"seen must be one line of text, got {shown(self.seen)}")
 
     def __str__(self) -> str:
         if self.holds:
@@ -99,13 +106,35 @@ def that(claim: str, holds, seen: str = "") -> Check:
 
 
 def _number(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
-    return float(value)
+    """A real number as a float; NaN and inf are kept (they never hold)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {shown(value)}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be within float64's range (|x| < 1.8e308), got {shown(value)}") from None
+
+
+def _tolerance(name: str, value) -> float:
+    tol = _number(name, value)
+    if not tol >= 0:  # NaN too
+        raise ValueError(f"{name} must be a tolerance >= 0, got {shown(value)}")
+    return tol
 
 
 def _fmt(value: float, digits: int) -> str:
     return f"{value:.{digits}g}"
+
+
+def _seen(seen, unit: str = "") -> None:
+    if seen is not None and not isinstance(seen, str):
+        raise TypeError(f"seen must be one line of text or None, got {type(seen).__name__} {shown(seen)}")
+    if not isinstance(unit, str):
+        raise TypeError(f"unit must be a string (e.g. 'x' or ' s'), got {type(unit).__name__} {shown(unit)}")
+
+
+def _digits(digits) -> int:
+    return integer("digits", digits, minimum=1, maximum=17)
 
 
 def close(claim: str, value, reference, *, rel: float | None = None, abs: float | None = None,
@@ -114,10 +143,12 @@ def close(claim: str, value, reference, *, rel: float | None = None, abs: float 
     ``reference``; at least one tolerance must be given. NaN and inf never hold. ``seen``
     replaces the default "value vs reference" text."""
     v, r = _number("value", value), _number("reference", reference)
+    digits = _digits(digits)
+    _seen(seen)
     if rel is None and abs is None:
         raise ValueError("close() needs a tolerance: rel=0.05 (5%) or abs=0.01")
-    tol = max(_number("rel", rel) * math.fabs(r) if rel is not None else 0.0,
-              _number("abs", abs) if abs is not None else 0.0)
+    tol = max(_tolerance("rel", rel) * math.fabs(r) if rel is not None else 0.0,
+              _tolerance("abs", abs) if abs is not None else 0.0)
     holds = math.isfinite(v) and math.isfinite(r) and math.fabs(v - r) <= tol
     return Check(claim, holds, f"{_fmt(v, digits)} vs {_fmt(r, digits)}" if seen is None else seen)
 
@@ -125,22 +156,34 @@ def close(claim: str, value, reference, *, rel: float | None = None, abs: float 
 def at_most(claim: str, value, limit, *, unit: str = "", digits: int = 3, seen: str | None = None) -> Check:
     """Holds when ``value <= limit`` (NaN never holds)."""
     v, lim = _number("value", value), _number("limit", limit)
+    digits = _digits(digits)
+    _seen(seen, unit)
     return Check(claim, v <= lim, f"{_fmt(v, digits)}{unit}" if seen is None else seen)
 
 
 def at_least(claim: str, value, limit, *, unit: str = "", digits: int = 3, seen: str | None = None) -> Check:
     """Holds when ``value >= limit`` (NaN never holds)."""
     v, lim = _number("value", value), _number("limit", limit)
+    digits = _digits(digits)
+    _seen(seen, unit)
     return Check(claim, v >= lim, f"{_fmt(v, digits)}{unit}" if seen is None else seen)
 
 
 def equal(claim: str, value, expected) -> Check:
     """Holds when ``value == expected`` (lists, tuples and arrays compared element by element)."""
     def plain(x):
-        return np.asarray(x).tolist() if isinstance(x, np.ndarray) else list(x) if isinstance(x, tuple) else x
+        if isinstance(x, np.ndarray):
+            return x.tolist()
+        return list(x) if isinstance(x, tuple) else x
 
     v, e = plain(value), plain(expected)
-    return Check(claim, bool(v == e), str(v))
+    try:
+        holds = bool(v == e)
+    except (TypeError, ValueError):  # == gave something that is not one truth value
+        raise TypeError(f"value and expected must compare as a whole (numbers, strings, lists, arrays); got "
+                        f"{type(value).__name__} and {type(expected).__name__}") from None
+    text = str(v).replace("\n", " ")
+    return Check(claim, holds, text if len(text) <= 200 else text[:197] + "...")
 
 
 __all__ = ["FAIL", "PASS", "SANITIZE", "Check", "Report", "at_least", "at_most", "close", "equal", "report", "that"]

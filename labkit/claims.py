@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from labkit._validate import choice, shown
 from labkit.formats.table import Table
 from labkit.memory_plots import Breakdown, measured, total_bytes
 
@@ -43,8 +44,16 @@ class Claim:
     precisions: tuple[str, ...] = ("bf16", "fp16")
 
     def __post_init__(self):
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; choose one of {', '.join(METRICS)}")
+        choice("metric", self.metric, METRICS)
+        for name in ("key", "seed", "quote", "english", "measure"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be a string; got {type(getattr(self, name)).__name__} "
+                                f"{shown(getattr(self, name))}")
+        if isinstance(self.precisions, str):  # one precision, not its letters
+            object.__setattr__(self, "precisions", (self.precisions,))
+        if not isinstance(self.precisions, (list, tuple)) or not all(isinstance(p, str) for p in self.precisions):
+            raise TypeError(f"precisions must be a tuple of precision names; got {shown(self.precisions)}")
+        object.__setattr__(self, "precisions", tuple(self.precisions))
 
 
 _HALVES = "这种方法几乎能将激活和梯度的内存消耗减半"
@@ -84,15 +93,46 @@ def get(claim) -> Claim:
     """A claim by key (``"speed"``, ``"memory"``, ...) or the Claim itself."""
     if isinstance(claim, Claim):
         return claim
-    if claim not in _BY_KEY:
-        raise ValueError(f"unknown claim {claim!r}; choose one of {', '.join(_BY_KEY)}")
-    return _BY_KEY[claim]
+    return _BY_KEY[choice("claim", claim, _BY_KEY)]
+
+
+def _claims(claims) -> list[Claim]:
+    """One claim (a key or a Claim) or a list of them, as Claims."""
+    if isinstance(claims, (str, Claim)):
+        return [get(claims)]
+    if not isinstance(claims, (list, tuple)):
+        raise TypeError(f"claims must be a claim key, a Claim, or a list of them; got {type(claims).__name__} "
+                        f"{shown(claims)}")
+    try:
+        return [get(c) for c in claims]
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"claims: {exc}") from None
+
+
+def _records(records, what: str = "records") -> list[dict]:
+    """Records `verdict` reads: a list of dicts; a finished one (status "ok") names its framework,
+    precision, model and batch size."""
+    if records is None or isinstance(records, (str, bytes, dict)) or not isinstance(records, (list, tuple)):
+        raise TypeError(f"{what} must be a list of records (dicts: labkit.bench.bench records, or "
+                        f"run_records(results)); got {type(records).__name__} {shown(records)}")
+    for i, r in enumerate(records):
+        if not isinstance(r, dict):
+            raise TypeError(f"{what} must be dicts (labkit.bench.bench records, or run_records(results)); "
+                            f"got {shown(r)}")
+        if r.get("status") in ("ok", "emulated"):
+            needed = ("framework", "precision", "model", "batch_size")
+            if r["status"] == "emulated":
+                needed += ("emulated_slowdown", "small_batch_size", "small_width")
+            missing = [k for k in needed if k not in r]
+            if missing:
+                raise ValueError(f"{what}[{i}] lacks {', '.join(map(repr, missing))}")
+    return list(records)
 
 
 def claims_table(claims=CLAIMS) -> Table:
     """The claims as the seeds state them, and what is measured to check each one."""
     rows = tuple((c.key, c.seed, c.quote, c.english, ", ".join(c.precisions), c.measure)
-                 for c in map(get, claims))
+                 for c in _claims(claims))
     return Table(("claim", "seed", "quote", "in English", "precisions", "measured"), rows,
                  "The seeds' claims, and how this notebook checks them")
 
@@ -111,6 +151,11 @@ def run_records(results) -> list[dict]:
     """Training runs (`labkit.train.RunResult`) as records `verdict` reads, with accuracy."""
     from labkit.train import RunResult
 
+    if isinstance(results, RunResult):
+        results = [results]
+    if not isinstance(results, (list, tuple)):
+        raise TypeError(f"results must be a list of labkit.train.RunResult; got {type(results).__name__} "
+                        f"{shown(results)}")
     out = []
     for r in results:
         if not isinstance(r, RunResult):
@@ -141,12 +186,10 @@ def _group(rec: dict) -> tuple:
 
 def _pairs(claim: Claim, records) -> list[tuple[dict, dict]]:
     """(fp32 record, 16-bit record) pairs the claim compares, in the records' order."""
-    if records is None or isinstance(records, (str, bytes, dict)):
-        raise TypeError(f"records must be a list of dicts, got {type(records).__name__} (a {{claim key: records}} "
-                        "mapping goes to verdict_table or summary_table)")
-    records = list(records)
-    if not all(isinstance(r, dict) for r in records):
-        raise TypeError("records must be dicts (labkit.bench.bench records, or run_records(results))")
+    if isinstance(records, dict):
+        raise TypeError("records must be a list of dicts, got dict (a {claim key: records} mapping goes to "
+                        "verdict_table or summary_table)")
+    records = _records(records)
     ok = [r for r in records if r.get("status") == "ok"]
     if claim.metric == "accuracy_drop":  # only training runs carry a test accuracy
         ok = [r for r in ok if r.get("accuracy") is not None]
@@ -188,7 +231,14 @@ def _native(rec: dict):
     return hardware.native_precision(rec["framework"], rec["precision"], report)
 
 
+def _step_time(rec: dict) -> float | None:
+    t = rec.get("step_time_s")
+    return t if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf") else None
+
+
 def _speed(base: dict, rec: dict) -> Verdict:
+    if _step_time(base) is None or _step_time(rec) is None:
+        return _not_measured("a run has no step time (step_time_s)")
     value = base["step_time_s"] / rec["step_time_s"]
     if round(value, 2) >= SPEEDUP_CLAIMED:  # judged as shown, to two decimals
         return Verdict(value, f"holds here: {value:.2f}x fp32", True)
@@ -326,18 +376,18 @@ def speed_table(records) -> Table:
     that precision natively (`labkit.hardware.native_precision`). Every word of it is computed
     from the records and the hardware, so it reads right on a CPU with bf16 instructions, on one
     without, and on a GPU."""
-    if records is None or isinstance(records, (str, bytes, dict)) or not all(isinstance(r, dict) for r in records):
-        raise TypeError("speed_table takes a list of records (labkit.bench.bench, or run_records(results))")
-    base = {_group(r): r for r in records if r["precision"] == "fp32" and r.get("status") == "ok"}
+    records = _records(records)
+    base = {_group(r): r for r in records if r.get("status") == "ok" and r["precision"] == "fp32"
+            and _step_time(r) is not None}
     rows = []
     for r in records:
-        if r["precision"] in ("fp32", "tf32") or r.get("status") not in ("ok", "emulated"):
+        if r.get("status") not in ("ok", "emulated") or r["precision"] in ("fp32", "tf32"):
             continue
         native = _native(r)
         if r["status"] == "emulated":
             measured = f"{r['emulated_slowdown']:.1f}x slower (batch {r['small_batch_size']}, width {r['small_width']})"
             ratio = 1 / r["emulated_slowdown"]
-        elif _group(r) in base:
+        elif _group(r) in base and _step_time(r) is not None:
             ratio = base[_group(r)]["step_time_s"] / r["step_time_s"]
             measured = f"{ratio:.2f}x fp32's speed"
         else:
@@ -373,14 +423,14 @@ def _value(claim: Claim, v: float | None) -> str:
 
 def _by_claim(records, claims) -> list[tuple[Claim, list]]:
     """(claim, records) for each claim: `records` is one list for all, or {claim key: list}."""
-    claims = [get(c) for c in claims]
+    claims = _claims(claims)
     if isinstance(records, dict):
         unknown = set(records) - {c.key for c in claims}
         if unknown:
             raise ValueError(f"records given for unknown claims {sorted(unknown)}; claims: "
                              f"{', '.join(c.key for c in claims)}")
-        return [(c, list(records.get(c.key, []))) for c in claims]
-    records = list(records)
+        return [(c, _records(records.get(c.key, []), f"records[{c.key!r}]")) for c in claims]
+    records = _records(records)
     return [(c, records) for c in claims]
 
 

@@ -26,7 +26,7 @@ are stored in 16 bits. Seed 004's `seed004_memory_analysis` gets this wrong; see
 
 from __future__ import annotations
 
-import numbers
+from labkit._validate import choice, integer
 
 _STATES_PER_PARAM = {"sgd": 0, "momentum": 1, "adam": 2}
 # bytes per parameter: (weights, master weights, gradients, one optimizer state)
@@ -36,16 +36,29 @@ OPTIMIZERS = tuple(_STATES_PER_PARAM)  # ("sgd", "momentum", "adam")
 
 
 def _check(precision: str, optimizer: str) -> None:
-    if precision not in _LAYOUT:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    if optimizer not in _STATES_PER_PARAM:
-        raise ValueError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    choice("precision", precision, PRECISIONS)
+    choice("optimizer", optimizer, OPTIMIZERS)
+
+
+def check_sizes(model: str, batch_size: int, width: int | None) -> tuple[str, int, int | None]:
+    """A labkit model's name, batch size and width (None: the model's default), checked against
+    RunConfig's limits (batch size up to 2**20, width up to 2**16); returned as given.
+
+    >>> check_sizes("mlp", 8, None)
+    ('mlp', 8, None)
+    """
+    from labkit.train.config import MAX_BATCH_SIZE, MAX_WIDTH, MODELS
+
+    model = choice("model", model, MODELS)
+    batch_size = integer("batch_size", batch_size, minimum=1, maximum=MAX_BATCH_SIZE)
+    if width is not None:
+        width = integer("width", width, minimum=1, maximum=MAX_WIDTH)
+    return model, batch_size, width
 
 
 def model_state_bytes(n_params: int, precision: str = "mixed", optimizer: str = "adam") -> dict[str, int]:
     """Bytes of weights, master weights, gradients and optimizer states for `n_params` parameters."""
-    if isinstance(n_params, bool) or not isinstance(n_params, numbers.Integral) or n_params < 0:
-        raise ValueError(f"n_params must be a whole number >= 0, got {n_params!r}")
+    n_params = integer("n_params", n_params, minimum=0)
     _check(precision, optimizer)
     w, master, g, state = _LAYOUT[precision]
     out = {
@@ -71,7 +84,13 @@ def seed004_memory_analysis(model_size, use_mixed_precision=True):
     - it has no activations at all, which is where mixed precision saves memory.
     So it reports 16 vs 24 bytes/param, a 33% saving of model-state memory that does not
     exist: ZeRO's count is 16 vs 16 (`model_state_bytes`).
+
+    (The arguments are checked, as the seed does not: `model_size` a number of parameters from 1 to 2**53,
+    `use_mixed_precision` True or False.)
     """
+    integer("model_size", model_size, minimum=1, maximum=2**53)
+    if not isinstance(use_mixed_precision, bool):
+        raise TypeError(f"use_mixed_precision must be True or False; got {type(use_mixed_precision).__name__}")
     if use_mixed_precision:
         model_memory = model_size * 2
         master_weights = model_size * 4
@@ -107,11 +126,9 @@ def activation_elements(model: str, batch_size: int, width: int | None = None) -
     """
     from labkit.train.models import DEFAULT_WIDTH, N_CLASSES, N_PIXELS, transformer_shape
 
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    b = batch_size
+    model, b, width = check_sizes(model, batch_size, width)
     if model == "mlp":
-        w = width or DEFAULT_WIDTH["mlp"]
+        w = DEFAULT_WIDTH["mlp"] if width is None else width
         # dense1's input, the two ReLU outputs (also the next layers' inputs), log-softmax
         return {"compute": b * (N_PIXELS + 2 * w), "fp32": 0, "loss": b * N_CLASSES, "index": b}
     if model == "transformer":
@@ -129,7 +146,6 @@ def activation_elements(model: str, batch_size: int, width: int | None = None) -
         compute = s.layers * per_block_compute + b * d  # + the pooled features (head's input)
         fp32 = s.layers * per_block_fp32 + b * d + 2 * b  # final LayerNorm: input, mean, rstd
         return {"compute": compute, "fp32": fp32, "loss": b * N_CLASSES, "index": b * t + b}
-    raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
 
 
 def activation_bytes(model: str, batch_size: int, precision: str, width: int | None = None) -> int:
@@ -141,8 +157,7 @@ def activation_bytes(model: str, batch_size: int, precision: str, width: int | N
     """
     from labkit.train.config import PRECISIONS as RUN_PRECISIONS
 
-    if precision not in RUN_PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(RUN_PRECISIONS)}")
+    choice("precision", precision, RUN_PRECISIONS)
     n = activation_elements(model, batch_size, width)
     compute_bytes = 4 if precision in ("fp32", "tf32") else 2
     fp32_bytes = 2 if precision == "bf16-pure" else 4

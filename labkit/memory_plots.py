@@ -33,10 +33,12 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from labkit import memory
+from labkit._validate import choice, integer, shown
 from labkit.formats.table import Table
 
 SEGMENTS = ("weights", "master_weights", "gradients", "optimizer_states", "weight_copies", "activations",
@@ -84,8 +86,11 @@ class Breakdown:
 
 
 def _check_precision(precision: str) -> None:
-    if precision not in LAYOUT:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(LAYOUT)}")
+    choice("precision", precision, LAYOUT)
+
+
+def _dpi(dpi) -> int:
+    return integer("dpi", dpi, minimum=10, maximum=1000)
 
 
 def weight_copy_elements(model: str, width: int | None = None) -> int:
@@ -100,18 +105,19 @@ def weight_copy_elements(model: str, width: int | None = None) -> int:
     >>> weight_copy_elements("mlp", 32) == 32 * 32 + 32 * 10
     True
     """
+    model, _, width = memory.check_sizes(model, 1, width)
     return _counts(model, width)[1]
 
 
 @lru_cache(maxsize=32)
 def _counts(model: str, width: int | None) -> tuple[int, int, int]:
     """(parameters, weight-copy elements, parameter tensors) of a labkit model, from its shapes."""
-    from labkit.train.models import count_params, init_params
+    from labkit.train.models import param_layout
 
-    params = init_params(model, seed=0, width=width)
+    layout = [(name, math.prod(shape)) for name, shape, _ in param_layout(model, width)]  # nothing allocated
     first = "dense1/kernel" if model == "mlp" else None
-    copies = sum(v.size for k, v in params.items() if k.endswith("/kernel") and k != first)
-    return count_params(params), int(copies), len(params)
+    copies = sum(size for name, size in layout if name.endswith("/kernel") and name != first)
+    return sum(size for _, size in layout), int(copies), len(layout)
 
 
 def modelled(model: str, batch_size: int, precision: str, width: int | None = None,
@@ -119,9 +125,8 @@ def modelled(model: str, batch_size: int, precision: str, width: int | None = No
     """The step's memory from the shapes: `labkit.memory.model_state_bytes` in the layout the
     runners use (`LAYOUT`), `labkit.memory.activation_bytes`, and autocast's weight copies."""
     _check_precision(precision)
-    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
-        raise ValueError(f"width must be None (the model's default) or a whole number >= 1, got {width!r}")
-    activations = memory.activation_bytes(model, batch_size, precision, width)  # checks model and batch
+    model, batch_size, width = memory.check_sizes(model, batch_size, width)
+    activations = memory.activation_bytes(model, batch_size, precision, width)
     n, copies, _ = _counts(model, width)
     layout = LAYOUT[precision]
     states = memory.model_state_bytes(n, layout, optimizer)
@@ -134,11 +139,18 @@ def modelled(model: str, batch_size: int, precision: str, width: int | None = No
 
 def measured(framework: str, mem: dict) -> Breakdown:
     """Read a runner's ``RunResult.memory`` (or a bench record's ``memory``) into segments."""
-    if framework not in _FRAMEWORKS:
-        raise ValueError(f"unknown framework {framework!r}; choose one of {', '.join(_FRAMEWORKS)}")
+    choice("framework", framework, _FRAMEWORKS)
     if not isinstance(mem, dict):
-        raise TypeError(f"mem must be a runner's memory dict, got {type(mem).__name__}")
-    get = mem.get
+        raise TypeError(f"mem must be a runner's memory dict, got {type(mem).__name__} {shown(mem)}")
+
+    def get(key):
+        value = mem.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float) and value.is_integer():  # a count read back from JSON as 1e9
+            value = int(value)
+        return integer(f"mem[{key!r}] (a byte count)", value, minimum=0)
+
     peak = get(_PEAK.get(framework, ""))
     if framework == "torch":
         parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=get("gradient_bytes"),
@@ -188,7 +200,9 @@ def _record_pair(rec: dict) -> tuple[Breakdown, Breakdown]:
 
 
 def _ok(records) -> list[dict]:
-    records = list(records)
+    if isinstance(records, (str, bytes, dict)) or not isinstance(records, (list, tuple)):
+        raise TypeError(f"records must be a list of the dicts labkit.bench.bench returns; got "
+                        f"{type(records).__name__} {shown(records)}")
     if not all(isinstance(r, dict) for r in records):
         raise TypeError("records must be dicts, as labkit.bench.bench returns them")
     return [r for r in records if r.get("status") == "ok" and r.get("memory") is not None]
@@ -200,9 +214,13 @@ def _mb(n) -> str:
 
 def memory_table(records, sources=("modelled", "measured")) -> Table:
     """Modelled and/or measured bytes (MB) of each finished record, part by part."""
-    bad = [s for s in sources if s not in ("modelled", "measured")]
-    if bad or not sources:
-        raise ValueError(f"sources must name 'modelled' and/or 'measured', got {tuple(sources)!r}")
+    if isinstance(sources, str):
+        sources = (sources,)
+    if not isinstance(sources, (list, tuple)):
+        raise TypeError(f"sources must name 'modelled' and/or 'measured', got {type(sources).__name__} "
+                        f"{shown(sources)}")
+    if not sources or any(s not in ("modelled", "measured") for s in sources):
+        raise ValueError(f"sources must name 'modelled' and/or 'measured', got {shown(tuple(sources))}")
     rows = []
     for rec in _ok(records):
         for b in _record_pair(rec):
@@ -256,6 +274,9 @@ def memory_figure(records, title: str = "", dpi: int = 80):
     from matplotlib.patches import Patch
 
     recs = _ok(records)
+    dpi = _dpi(dpi)
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a string; got {type(title).__name__} {shown(title)}")
     if not recs:
         raise ValueError("memory_figure needs at least one finished record with a memory dict")
     frameworks = {r["framework"] for r in recs}
@@ -316,6 +337,9 @@ def batch_figure(records, dpi: int = 80, speed: bool = True):
     step times are not a measurement, such as one-step runs). Returns the Figure."""
     import matplotlib.pyplot as plt
 
+    dpi = _dpi(dpi)
+    if not isinstance(speed, bool):
+        raise TypeError(f"speed must be True or False; got {type(speed).__name__} {shown(speed)}")
     base, cand = _by_batch(records)
     first = next(iter(base.values()))
     if speed:

@@ -19,7 +19,7 @@ def test_cells_put_fp32_first_and_multiply_out():
 
 
 @pytest.mark.parametrize("args, match", [
-    (("mxnet", "fp32", "mlp"), "unknown framework 'mxnet'; choose from torch, jax, tf"),
+    (("mxnet", "fp32", "mlp"), "unknown framework 'mxnet'; choose one of 'torch', 'jax', 'tf'"),
     (("torch", "fp8", "mlp"), "unknown precision 'fp8'"),
     (("torch", "fp32", "resnet"), "unknown model 'resnet'"),
     (("torch", "", "mlp"), "unknown precision"),
@@ -70,12 +70,15 @@ def test_a_device_that_is_not_here_is_a_skip_not_a_crash():
 
 
 def test_bad_step_counts_and_budgets():
-    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
+    with pytest.raises(ValueError, match="steps must be an integer from 1 to"):
         bench.bench("torch", "fp32", "mlp", steps=0)
-    with pytest.raises(ValueError, match="warmup must be a whole number >= 0"):
+    with pytest.raises(ValueError, match="warmup must be an integer from 0 to"):
         bench.bench("torch", "fp32", "mlp", warmup=-1)
-    for bad in (0, -1.0, float("inf"), "20", True):
-        with pytest.raises(ValueError, match="max_seconds must be a number of seconds > 0"):
+    for bad in (0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="max_seconds must be a finite number > 0"):
+            bench.bench("torch", "fp32", "mlp", max_seconds=bad)
+    for bad in ("20", True):
+        with pytest.raises(TypeError, match="max_seconds must be a number"):
             bench.bench("torch", "fp32", "mlp", max_seconds=bad)
 
 
@@ -177,7 +180,7 @@ def test_cli_prints_a_line_per_cell_a_table_and_writes_json_and_plot(tmp_path, c
 
 def test_cli_refuses_bad_names_with_exit_code_2(capsys):
     assert cli.main(["bench", "--framework", "mxnet"]) == 2
-    assert "choose from torch, jax, tf" in capsys.readouterr().err
+    assert "choose one of 'torch', 'jax', 'tf'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("model, width, batch", [("mlp", 48, 16), ("transformer", 32, 4)])
@@ -223,13 +226,13 @@ def test_matmul_table_reads_flops_speedups_and_the_fastest_of_any_framework():
 
 
 def test_matmul_bad_input_names_what_is_allowed():
-    with pytest.raises(ValueError, match="choose from torch, jax, tf"):
+    with pytest.raises(ValueError, match="choose one of 'torch', 'jax', 'tf'"):
         bench.matmul_ms(frameworks=("mxnet",))
     with pytest.raises(ValueError, match="unknown dtype 'int8'"):
         bench.matmul_ms(dtypes=("int8",))
-    with pytest.raises(ValueError, match="n must be a whole number"):
+    with pytest.raises(ValueError, match="n must be an integer from 1 to"):
         bench.matmul_ms(n=0)
-    with pytest.raises(ValueError, match="dict matmul_ms returns"):
+    with pytest.raises(TypeError, match="dict matmul_ms returns"):
         bench.matmul_table({}, n=8)
 
 
@@ -249,7 +252,7 @@ def test_versus_reads_faster_slower_or_as_fast():
 
 
 def test_matmul_ms_times_a_slow_call_fewer_times_within_max_seconds():
-    with pytest.raises(ValueError, match="max_seconds must be a number of seconds > 0 or None"):
+    with pytest.raises(ValueError, match="max_seconds must be a finite number > 0"):
         bench.matmul_ms(n=8, frameworks=("torch",), max_seconds=0)
     ms = bench.matmul_ms(n=64, frameworks=("torch",), dtypes=("float32",), max_seconds=1e-9)
     assert ms[("torch", "float32")] > 0  # timed once, however slow
@@ -261,3 +264,84 @@ def test_emulation_table_reads_timings_given_to_it_and_names_what_is_missing():
     assert t.column("against float32") == ["2.0x faster", "4.0x slower"]
     with pytest.raises(ValueError, match="ms lacks tf float16"):
         bench.emulation_table(("tf",), ms={("tf", "float32"): 1.0, ("tf", "bfloat16"): 1.0})
+
+
+# -- bad values are refused before any cell runs (issue 12) --------------------------------------
+@pytest.mark.parametrize("args, error, words", [
+    (("x", "aligned", None, None), ValueError, "unknown model 'x'; choose one of 'mlp', 'transformer'"),  # was KeyError
+    (("mlp", "slanted", None, None), ValueError, "unknown shape 'slanted'; choose one of 'aligned', 'odd'"),
+    (("mlp", "aligned", 0, None), ValueError, "batch_size must be an integer from 1"),  # was: the default
+    (("mlp", "aligned", None, 0), ValueError, "width must be an integer from 1"),  # was: the default
+    (("mlp", "aligned", 2.5, None), TypeError, "batch_size must be an integer"),
+    (("mlp", "aligned", True, None), TypeError, "batch_size must be an integer"),
+    (("mlp", "odd", 1, None), ValueError, "odd sizes also run batch size - 1 .* need a batch size of 2"),
+    (("transformer", "odd", None, 4), ValueError, "width of 8 or more for the transformer"),
+    (("transformer", "aligned", None, 6), ValueError, "multiple of 4"),
+])
+def test_shape_of_refuses_what_it_cannot_shape(args, error, words):
+    with pytest.raises(error, match=words):
+        bench.shape_of(*args)
+
+
+@pytest.mark.parametrize("args, error, words", [
+    (("mlp", "a"), TypeError, "batch_size must be an integer"),  # was: a string of 506,880 'a's
+    (("mlp", -1), ValueError, "batch_size must be an integer from 1"),  # was: -506880
+    (("mlp", 2.0), TypeError, "batch_size must be an integer"),
+    (("mlp", True), TypeError, "batch_size must be an integer"),
+    (("mlp", 1, 0), ValueError, "width must be an integer from 1"),
+    (("cnn", 1), ValueError, "unknown model 'cnn'"),
+])
+def test_train_flops_refuses_what_is_not_a_batch_of_a_model(args, error, words):
+    with pytest.raises(error, match=words):
+        bench.train_flops(*args)
+
+
+def test_a_bad_shape_in_any_cell_is_refused_before_the_first_cell_runs():
+    ran = []
+    with pytest.raises(ValueError, match="need a batch size of 2"):
+        bench.bench("torch", "fp32", "mlp", batch_size=1, odd_sizes=True, on_cell=ran.append, **{
+            k: v for k, v in TINY.items() if k != "batch_size"})
+    with pytest.raises(ValueError, match="multiple of 4"):  # the mlp cells would have run first
+        bench.bench("torch", "fp32", "mlp,transformer", batch_size=8, width=6, on_cell=ran.append)
+    with pytest.raises(ValueError, match="unknown device 'gpu0'"):  # was: every cell "skipped"
+        bench.bench("torch", "fp32", "mlp", device="gpu0", on_cell=ran.append)
+    with pytest.raises(TypeError, match="odd_sizes must be True or False"):
+        bench.bench("torch", "fp32", "mlp", odd_sizes="yes", on_cell=ran.append)
+    assert ran == []
+
+
+@pytest.mark.parametrize("ms, error, words", [
+    ({("torch", "float32"): 0.0}, ValueError, "a time in milliseconds"),  # was ZeroDivisionError
+    ({("torch", "float32"): 1.0, ("torch", "bfloat16"): 0.0}, ValueError, "a time in milliseconds"),
+    ({("torch", "float32"): float("nan")}, ValueError, "a time in milliseconds"),
+    ({"torch": 1.0}, TypeError, "keyed by \\(framework, dtype\\) pairs"),
+    ({}, TypeError, "ms must be the dict matmul_ms returns"),
+])
+def test_matmul_tables_refuse_timings_that_are_not_times(ms, error, words):
+    with pytest.raises(error, match=words):
+        bench.matmul_table(ms, 4)
+    with pytest.raises((ValueError, TypeError)):
+        bench.emulation_table(("torch",), ("bfloat16",), ms=ms)
+
+
+def test_tables_and_lines_name_what_a_record_lacks():
+    with pytest.raises(ValueError, match="records\\[0\\] has status None"):
+        bench.table([{}])
+    with pytest.raises(ValueError, match="lacks 'step_time_s'"):
+        bench.table([dict(framework="torch", model="mlp", precision="fp32", batch_size=8, width=8, status="ok",
+                          activation_bytes_model=1)])
+    with pytest.raises(TypeError, match="rec must be dicts"):
+        bench.progress_line(None)
+    with pytest.raises(TypeError, match="device must be a device description"):
+        bench.peak_tflops(None)
+
+
+def test_plot_checks_its_path_before_it_draws(tmp_path):
+    with pytest.raises(ValueError, match="must end in one of .*\\.png"):
+        bench.plot([], tmp_path / "bench.xyz")
+    with pytest.raises(ValueError, match="does not exist"):
+        bench.plot([], tmp_path / "no" / "bench.png")
+    (tmp_path / "a.png").mkdir()
+    with pytest.raises(ValueError, match="is a directory"):
+        bench.plot([], tmp_path / "a.png")
+    assert ".png" in bench.plot_suffixes() and ".svg" in bench.plot_suffixes()

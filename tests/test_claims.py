@@ -47,9 +47,9 @@ def test_claims_table_lists_every_claim_with_its_quote():
 
 
 def test_unknown_claims_and_metrics_are_refused():
-    with pytest.raises(ValueError, match="unknown claim 'faster'; choose one of speed, memory"):
+    with pytest.raises(ValueError, match="unknown claim 'faster'; choose one of 'speed', 'memory'"):
         claims.get("faster")
-    with pytest.raises(ValueError, match="unknown metric 'joy'; choose one of speedup"):
+    with pytest.raises(ValueError, match="unknown metric 'joy'; choose one of 'speedup'"):
         Claim("x", "004", "快", "fast", "nothing", "joy")
 
 
@@ -274,3 +274,30 @@ def test_speed_table_pairs_each_16_bit_record_with_its_fp32_and_asks_the_hardwar
     assert t.column("reading") == [claims._reading(2.0, bf16), claims._reading(1 / 40, fp16)]
     with pytest.raises(TypeError, match="list of records"):
         claims.speed_table({"speed": records})
+
+
+# -- bad input is named, one key is a list of one (issue 12) ------------------------------------
+def test_one_claim_key_is_a_list_of_one():
+    assert claims.claims_table("speed").column("claim") == ["speed"]
+    assert claims.verdict_table([], "lossless").column("claim") == ["lossless"]
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: claims.get(["speed"]), TypeError, "claim must be one of 'speed'"),  # was "unhashable type"
+    (lambda: claims.claims_table(None), TypeError, "claims must be a claim key"),
+    (lambda: claims.claims_table(["speed", "faster"]), ValueError, "claims: unknown claim 'faster'"),
+    (lambda: claims.run_records(None), TypeError, "results must be a list of labkit.train.RunResult"),
+    (lambda: claims.speed_table(True), TypeError, "records must be a list of records"),
+    (lambda: claims.verdict("speed", [{"status": "ok"}]), ValueError, "records\\[0\\] lacks 'framework'"),
+    (lambda: claims.summary_table({"speed": None}), TypeError, "records\\['speed'\\] must be a list"),
+])
+def test_bad_records_and_claims_are_named(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_a_run_without_a_step_time_is_not_measured_rather_than_a_crash():
+    base = dict(framework="torch", model="mlp", shape="aligned", batch_size=8, width=8, status="ok", device="cpu")
+    v = claims.verdict("speed", [dict(base, precision="fp32", step_time_s=0.1), dict(base, precision="bf16",
+                                                                                    step_time_s=0.0)])
+    assert v.value is None and v.text.startswith("not measurable here")

@@ -31,14 +31,16 @@ def test_seed004_analysis_claims_a_saving_that_zero_does_not():
     assert memory.model_state_bytes(gib, "mixed")["total"] == memory.model_state_bytes(gib, "fp32")["total"]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(n_params=-1), "n_params must be a whole number"),
-    (dict(n_params=1.5), "n_params must be a whole number"),
-    (dict(n_params=10, precision="fp8"), "choose one of fp32, mixed, autocast, bf16-pure"),
-    (dict(n_params=10, optimizer="lion"), "choose one of sgd, momentum, adam"),
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(n_params=-1), ValueError, "n_params must be an integer >= 0"),
+    (dict(n_params=1.5), TypeError, "n_params must be an integer"),
+    (dict(n_params=True), TypeError, "n_params must be an integer"),
+    (dict(n_params=10, precision="fp8"), ValueError, "choose one of 'fp32', 'mixed', 'autocast', 'bf16-pure'"),
+    (dict(n_params=10, precision=[]), TypeError, "precision must be one of 'fp32'"),  # not "unhashable type"
+    (dict(n_params=10, optimizer="lion"), ValueError, "choose one of 'sgd', 'momentum', 'adam'"),
 ])
-def test_bad_input_names_what_is_allowed(kwargs, match):
-    with pytest.raises(ValueError, match=match):
+def test_bad_input_names_what_is_allowed(kwargs, error, match):
+    with pytest.raises(error, match=match):
         memory.model_state_bytes(**kwargs)
 
 
@@ -58,9 +60,34 @@ def test_mlp_activation_elements_follow_the_layer_shapes():
 
 
 def test_activation_bad_input():
-    with pytest.raises(ValueError, match="mlp, transformer"):
+    with pytest.raises(ValueError, match="'mlp', 'transformer'"):
         memory.activation_bytes("cnn", 8, "fp32")
-    with pytest.raises(ValueError, match="choose one of fp32, tf32"):
+    with pytest.raises(ValueError, match="choose one of 'fp32', 'tf32'"):
         memory.activation_bytes("mlp", 8, "mixed")
     with pytest.raises(ValueError, match="batch_size"):
         memory.activation_bytes("mlp", 0, "fp32")
+
+
+# -- sizes are whole numbers >= 1, never a silent default or a negative count (issue 12) -----------
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: memory.activation_elements("transformer", 1, -8), ValueError, "width must be an integer from 1"),
+    (lambda: memory.activation_bytes("mlp", 1, "fp32", -5), ValueError, "width must be an integer from 1"),  # was 264
+    (lambda: memory.activation_bytes("mlp", 1, "fp32", 0), ValueError, "width must be an integer from 1"),  # default
+    (lambda: memory.activation_bytes("mlp", 1, "fp32", 2.5), TypeError, "width must be an integer"),
+    (lambda: memory.activation_bytes("mlp", 1, "fp32", True), TypeError, "width must be an integer"),
+    (lambda: memory.activation_bytes("mlp", 2**21, "fp32"), ValueError, "batch_size must be an integer from 1 to"),
+    (lambda: memory.activation_elements("transformer", 1, 6), ValueError, "multiple of 4"),
+    (lambda: memory.activation_bytes("mlp", 1, ["fp32"]), TypeError, "precision must be one of"),
+    (lambda: memory.model_state_bytes(10, "fp32", ["adam"]), TypeError, "optimizer must be one of"),
+    (lambda: memory.seed004_memory_analysis(0), ValueError, "model_size must be an integer from 1"),
+    (lambda: memory.seed004_memory_analysis(10**400), ValueError, "model_size must be an integer from 1"),
+    (lambda: memory.seed004_memory_analysis(10, "yes"), TypeError, "use_mixed_precision must be True or False"),
+])
+def test_sizes_and_names_are_checked(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_the_default_width_is_none_and_an_explicit_one_is_used():
+    assert memory.activation_elements("mlp", 2) == memory.activation_elements("mlp", 2, 256)
+    assert memory.check_sizes("transformer", 4, 64) == ("transformer", 4, 64)

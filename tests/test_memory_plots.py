@@ -87,12 +87,12 @@ def test_a_cuda_peak_is_preferred_to_the_sum_of_parts():
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: modelled("mlp", 8, "fp8"), ValueError, "unknown precision 'fp8'; choose one of fp32"),
+    (lambda: modelled("mlp", 8, "fp8"), ValueError, "unknown precision 'fp8'; choose one of 'fp32'"),
     (lambda: modelled("resnet", 8, "fp32"), ValueError, "unknown model 'resnet'"),
-    (lambda: modelled("mlp", 0, "fp32"), ValueError, "batch_size must be a whole number >= 1"),
-    (lambda: modelled("mlp", 8, "fp32", width=-3), ValueError, "width must be None .* or a whole number >= 1"),
+    (lambda: modelled("mlp", 0, "fp32"), ValueError, "batch_size must be an integer from 1 to 1048576"),
+    (lambda: modelled("mlp", 8, "fp32", width=-3), ValueError, "width must be an integer from 1 to 65536"),
     (lambda: modelled("transformer", 8, "fp32", width=30), ValueError, "multiple of 4"),
-    (lambda: measured("mxnet", {}), ValueError, "unknown framework 'mxnet'; choose one of torch, jax, tf"),
+    (lambda: measured("mxnet", {}), ValueError, "unknown framework 'mxnet'; choose one of 'torch', 'jax', 'tf'"),
     (lambda: measured("torch", [1, 2]), TypeError, "memory dict"),
     (lambda: memory_table([("torch", "fp32")]), TypeError, "records must be dicts"),
     (lambda: memory_table([{"status": "ok", "memory": {}}]), ValueError, "needs 'framework'"),
@@ -190,3 +190,38 @@ def test_batch_figure_wants_one_framework_and_matching_batches(records):
 
 def test_docstring_examples_run():
     assert doctest.testmod(memory_plots).failed == 0
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: measured("torch", {"parameter_bytes": float("inf")}), TypeError,
+     "mem\\['parameter_bytes'\\] \\(a byte count\\) must be an integer"),  # was OverflowError
+    (lambda: measured("torch", {"parameter_bytes": -1}), ValueError, "must be an integer >= 0"),
+    (lambda: measured("torch", {"parameter_bytes": "10"}), TypeError, "must be an integer"),
+    (lambda: modelled("mlp", 8, "fp32", width=[]), TypeError, "width must be an integer"),  # was "unhashable"
+    (lambda: memory_plots.weight_copy_elements("mlp", 0), ValueError, "width must be an integer from 1"),
+    (lambda: memory_table(None), TypeError, "records must be a list"),
+    (lambda: memory_table([], "modelled, measured"), ValueError, "sources must name 'modelled' and/or 'measured'"),
+    (lambda: memory_figure([], dpi=0), ValueError, "dpi must be an integer from 10 to 1000"),
+    (lambda: memory_figure([], dpi=2.5), TypeError, "dpi must be an integer"),
+    (lambda: memory_plots.batch_figure([], speed="no"), TypeError, "speed must be True or False"),
+])
+def test_bad_parts_and_figure_options_are_refused(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_a_byte_count_read_back_from_json_as_a_float_is_kept():
+    assert measured("torch", {"parameter_bytes": 1e9}).parts["weights"] == 10**9
+
+
+def test_the_model_is_counted_from_its_layout_not_built():
+    """modelled() at the widest width allowed counts parameters without allocating them (a 2**16-wide
+    transformer would be about 16 GB of float32 weights), and agrees with the built model where small."""
+    from labkit.train.models import count_params, init_params, param_layout
+
+    for model, width in (("mlp", 64), ("transformer", 32)):
+        params = init_params(model, width=width)
+        assert [(n, s) for n, s, _ in param_layout(model, width)] == [(n, v.shape) for n, v in params.items()]
+        assert memory_plots._counts(model, width)[0] == count_params(params)
+    n, copies, tensors = memory_plots._counts("transformer", 2**16)
+    assert n > 4 * 10**9 and copies < n and tensors > 10

@@ -23,26 +23,42 @@ infinity, so an overflow -- or an infinite input -- becomes NaN rather than satu
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
+
+from labkit._validate import shown
 
 _KIND_MSG = "real numbers (a float, an int, or a numpy array of them)"
 
 
 # -- helpers ---------------------------------------------------------------------------
-def _values(x) -> tuple[np.ndarray, np.ndarray, bool]:
-    """x as an array, the same as float64 (exact), and whether x was a scalar."""
-    if isinstance(x, (str, bytes)) or isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"expected {_KIND_MSG}, got {type(x).__name__} {x!r}")
+def real_array(x, what: str = "x") -> np.ndarray:
+    """`x` as a numpy array of real numbers (ml_dtypes' bfloat16 / float8 widened to float32), or a
+    TypeError / ValueError naming `what`: a string, a bool, a ragged list, an int float64 cannot hold."""
+    if isinstance(x, (str, bytes, dict)) or isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{what} must be {_KIND_MSG}, got {type(x).__name__} {shown(x)}")
     try:
         arr = np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"expected {_KIND_MSG}, got {type(x).__name__}") from exc
-    if arr.dtype.kind in "iuf":
-        pass
-    elif arr.dtype.kind == "V" and arr.dtype.itemsize <= 2:  # ml_dtypes: bfloat16, float8_*
+    except (TypeError, ValueError) as exc:  # a ragged nested list
+        raise TypeError(f"{what} must be {_KIND_MSG}, got {type(x).__name__} {shown(x)}") from exc
+    if arr.dtype.kind == "O":  # Python ints beyond int64 (fine if float64 holds them), or not numbers at all
+        if not all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in arr.flat):
+            raise TypeError(f"{what} must be {_KIND_MSG}, got {type(x).__name__} {shown(x)}")  # None is no NaN
+        try:
+            arr = arr.astype(np.float64)
+        except OverflowError:
+            raise ValueError(f"{what} must lie within float64's range (|x| < 1.8e308), got {shown(x)}") from None
+    if arr.dtype.kind == "V" and arr.dtype.itemsize <= 2:  # ml_dtypes: bfloat16, float8_*
         arr = arr.astype(np.float32)
-    else:
-        raise TypeError(f"expected {_KIND_MSG}, got an array of dtype {arr.dtype}")
+    if arr.dtype.kind not in "iuf":
+        raise TypeError(f"{what} must be {_KIND_MSG}, got an array of dtype {arr.dtype}")
+    return arr
+
+
+def _values(x) -> tuple[np.ndarray, np.ndarray, bool]:
+    """x as an array, the same as float64 (exact), and whether x was a scalar."""
+    arr = real_array(x)
     # A signalling NaN raises the CPU's "invalid" flag as it is widened; that is expected.
     with np.errstate(invalid="ignore"):
         x64 = arr.astype(np.float64)
@@ -53,13 +69,21 @@ def _patterns(fmt, bits) -> tuple[np.ndarray, bool]:
     """bits as a uint64 array, checked against the format's width."""
     if isinstance(bits, (bool, np.bool_)):
         raise TypeError(f"a {fmt.name} bit pattern must be an integer, got bool")
-    arr = np.asarray(bits)
+    top = (1 << fmt.bits) - 1
+    try:
+        arr = np.asarray(bits)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"a {fmt.name} bit pattern must be an integer or an integer array, "
+                        f"got {type(bits).__name__} {shown(bits)}") from exc
+    if arr.dtype.kind == "O" and arr.size and all(isinstance(v, int) and not isinstance(v, bool) for v in arr.flat):
+        bad = next(int(v) for v in arr.flat if not 0 <= v <= top)  # only ints beyond int64 make an object array
+        raise ValueError(f"bit pattern {shown(bad)} is out of range for {fmt.name}: "
+                         f"a {fmt.bits}-bit pattern lies in 0x0 .. {top:#x}")
     if arr.dtype.kind not in "iu":
         raise TypeError(
             f"a {fmt.name} bit pattern must be an integer (e.g. {fmt.nan_bits:#x}) or an integer "
             f"array, got {type(bits).__name__} of dtype {arr.dtype}; to convert a value use encode()"
         )
-    top = (1 << fmt.bits) - 1
     if arr.size and (arr.min() < 0 or int(arr.max()) > top):
         bad = arr[(arr < 0) | (arr > top)].flat[0]
         raise ValueError(
@@ -67,6 +91,14 @@ def _patterns(fmt, bits) -> tuple[np.ndarray, bool]:
             f"a {fmt.bits}-bit pattern lies in 0x0 .. {top:#x}"
         )
     return arr.astype(np.uint64), arr.ndim == 0
+
+
+def ndim(x) -> int:
+    """np.ndim(x), or -1 for what is not an array at all (a ragged nested list)."""
+    try:
+        return np.ndim(x)
+    except ValueError:
+        return -1
 
 
 def _out(arr: np.ndarray, scalar: bool, pytype):
@@ -194,8 +226,16 @@ def classify_bits(fmt, bits):
 
 
 def bitstring(fmt, bits: int, sep: str = " ") -> str:
-    """'0 01111 0000000000': the sign, exponent and mantissa fields of one pattern."""
-    s, e, m = split(fmt, int(bits))
+    """'0 01111 0000000000': the sign, exponent and mantissa fields of one pattern.
+
+    `bits` must be one integer pattern: a float (1.5) or a bool is refused, not truncated.
+    """
+    if not isinstance(sep, str):
+        raise TypeError(f"sep must be a string (e.g. ' '); got {type(sep).__name__} {shown(sep)}")
+    if ndim(bits) != 0:
+        raise TypeError(f"bits must be one {fmt.name} bit pattern (an integer); got {type(bits).__name__} "
+                        f"{shown(bits)}: to_bitstring shows one pattern at a time")
+    s, e, m = split(fmt, bits)
     return sep.join((str(s), format(e, f"0{fmt.exponent_bits}b"), format(m, f"0{fmt.mantissa_bits}b")))
 
 

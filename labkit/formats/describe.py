@@ -13,13 +13,14 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
-from decimal import Decimal
 
 import numpy as np
 
+from labkit._validate import shown
 from labkit.formats import bits as _bits
-from labkit.formats.spec import FORMATS, FloatFormat, get
+from labkit.formats.spec import FloatFormat, format_names, get
 
 FLAGS = ("overflow", "underflow", "subnormal", "rounded", "exact", "nan", "inf")
 
@@ -69,27 +70,51 @@ class Representation:
         return 0
 
 
-def exact_decimal(value: float) -> str:
+def exact_decimal(value) -> str:
     """The exact decimal expansion of a binary float (every one has a finite one).
+
+    `value` is a Python float, a numpy floating scalar (its own exact value: np.float32(0.1) is
+    not the float64 0.1), an ml_dtypes scalar (bfloat16, float8_*), or an int (the float64 nearest
+    to it).
 
     >>> exact_decimal(0.1)   # the float64 nearest to 0.1
     '0.1000000000000000055511151231257827021181583404541015625'
+    >>> exact_decimal(np.float32(0.1))
+    '0.100000001490116119384765625'
     """
-    if not math.isfinite(value):
-        return str(value)
-    text = format(Decimal(value), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.generic)):
+        raise TypeError(f"value must be a real number (a float, an int, or a numpy scalar); "
+                        f"got {type(value).__name__} {shown(value)}")
+    if isinstance(value, np.generic) and not isinstance(value, (np.floating, np.integer)):
+        if value.dtype.kind != "V" or value.dtype.itemsize > 2:  # ml_dtypes' bfloat16 / float8_* are kind V
+            raise TypeError(f"value must be a real number; got a numpy {value.dtype} scalar")
+        value = float(value)  # exact: every bfloat16 / float8 value is a float32 value
+    elif not isinstance(value, (float, np.floating)):  # an int, a Fraction: the nearest float64
+        try:
+            value = float(value)
+        except OverflowError:
+            raise ValueError(f"value must be within float64's range (|x| < 1.8e308); got {shown(value)}") from None
+    if not np.isfinite(value):
+        return str(float(value))
+    n, d = value.as_integer_ratio()  # exact, also for np.float32 and np.longdouble; d is 2**k
+    k = d.bit_length() - 1
+    digits = str(abs(n) * 5**k).rjust(k + 1, "0")  # |value| * 10**k, as an integer
+    text = digits[: len(digits) - k] + ("." + digits[len(digits) - k:]).rstrip("0").rstrip(".")
+    return ("-" if np.signbit(value) else "") + text
 
 
 def represent(x, fmt: str | FloatFormat) -> Representation:
     """Store the number `x` in `fmt` and describe the result."""
     f = get(fmt)
-    if isinstance(x, (str, bytes, bool, np.bool_)) or np.ndim(x) != 0:
-        raise TypeError(f"represent() takes one real number, got {type(x).__name__} {x!r}")
+    if isinstance(x, (str, bytes, bool, np.bool_)) or _bits.ndim(x) != 0:
+        raise TypeError(f"x must be one real number (represent() takes one value), got {type(x).__name__} "
+                        f"{shown(x)}")
     try:
         x = float(x)
+    except OverflowError:
+        raise ValueError(f"x must be within float64's range (|x| < 1.8e308), got {shown(x)}") from None
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"represent() takes one real number, got {type(x).__name__}") from exc
+        raise TypeError(f"x must be one real number (represent() takes one value), got {type(x).__name__}") from exc
     bits = f.encode(x)
     sign, exponent, mantissa = _bits.split(f, bits)
     value = f.decode(bits)
@@ -128,5 +153,5 @@ def represent(x, fmt: str | FloatFormat) -> Representation:
 
 
 def represent_all(x, names=None) -> list[Representation]:
-    """`x` in each of `names` (default: every format in lf.FORMATS)."""
-    return [represent(x, name) for name in (names or FORMATS)]
+    """`x` in each of `names`: one format name, a list of them, or None for every format in lf.FORMATS."""
+    return [represent(x, name) for name in format_names(names)]

@@ -26,6 +26,7 @@ import numpy as np
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Patch, Rectangle
 
+from labkit._validate import integer, number, shown
 from labkit.formats.describe import represent
 from labkit.formats.numerics import Accumulation, binade_counts, representable_values
 from labkit.formats.spec import get
@@ -53,10 +54,11 @@ def _finish(fig):
     return fig
 
 
-def _real(x, what: str) -> float:
-    if isinstance(x, (bool, np.bool_, str, bytes)) or not isinstance(x, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{what} must be a real number, got {type(x).__name__} {x!r}")
-    return float(x)
+def _real(x, what: str, *, finite: bool = False, nan: bool = False) -> float:
+    """A real number (not a bool) as a float; inf allowed unless `finite`, NaN only if `nan`."""
+    if nan and isinstance(x, (float, np.floating)) and math.isnan(x):
+        return float(x)
+    return number(what, x, finite=finite)
 
 
 # -- one value, bit by bit --------------------------------------------------------------
@@ -68,8 +70,10 @@ def plot_bit_layout(x, names=None, *, title: str | None = None):
     the flags, the neighbouring representable values and the rounding error. Rows
     start at the same left edge, so fields of equal width line up (bf16 over fp32).
     """
-    x = _real(x, "x")
+    x = _real(x, "x", nan=True)
     names = format_names(names)
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"title must be a string or None; got {type(title).__name__} {shown(title)}")
     reps = [represent(x, n) for n in names]
     widest = max(get(n).bits for n in names)
     row_h, cell_h = 3.6, 1.0
@@ -212,8 +216,15 @@ def plot_values(names=None, lo: float = 0.0, hi: float = 4.0, *, limit: int = 50
     than `limit` values in the window (fp32 between 0 and 1 has about a billion).
     """
     names = format_names(names)
-    lo, hi = _real(lo, "lo"), _real(hi, "hi")
-    values = {n: representable_values(n, lo, hi, limit=limit) for n in names}
+    lo, hi = _real(lo, "lo", finite=True), _real(hi, "hi", finite=True)
+    values = {}
+    for n in names:
+        try:
+            values[n] = representable_values(n, lo, hi, limit=limit)
+        except ValueError as exc:
+            if "limit" in str(exc) and "values lie in" in str(exc):  # too many of this format's values
+                raise ValueError(f"names: {exc}; or leave {n} out of names") from None
+            raise
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(11, 0.6 + 0.55 * len(names)))
         fig.subplots_adjust(left=0.1, right=0.84, bottom=0.22 if len(names) < 3 else 0.15, top=0.86)
@@ -256,7 +267,7 @@ def plot_rounding_error(names=None, lo=None, hi=None, *, n: int = 3000):
     """Worst relative rounding error against |x|: flat at eps/2, rising in the subnormals."""
     names = format_names(names)
     lo, hi = _log_window(names, lo, hi)
-    x = np.geomspace(lo, hi, n)
+    x = np.geomspace(lo, hi, integer("n", n, minimum=2, maximum=1_000_000))
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(11, 4.2))
         fig.subplots_adjust(left=0.08, right=0.78, top=0.88, bottom=0.14)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from labkit._validate import integer, number, shown
 from labkit.formats import bits as _bits
 
 
@@ -62,6 +63,27 @@ class FloatFormat:
     dtype: np.dtype | None
     via_float32: bool
     description: str = field(default="", compare=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise TypeError(f"name must be a non-empty string; got {type(self.name).__name__} {shown(self.name)}")
+        for name in ("bits", "exponent_bits", "mantissa_bits"):
+            object.__setattr__(self, name, integer(name, getattr(self, name), minimum=1, maximum=64))
+        if self.bits != 1 + self.exponent_bits + self.mantissa_bits:
+            raise ValueError(f"bits must be 1 + exponent_bits + mantissa_bits (a sign bit, then the fields); got "
+                             f"bits={self.bits}, exponent_bits={self.exponent_bits}, "
+                             f"mantissa_bits={self.mantissa_bits}")
+        object.__setattr__(self, "bias", integer("bias", self.bias))
+        for name in ("max", "smallest_normal", "smallest_subnormal", "eps"):
+            object.__setattr__(self, name, number(name, getattr(self, name), minimum=0, inclusive=False))
+        for name in ("has_inf", "via_float32"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False; got {shown(getattr(self, name))}")
+            object.__setattr__(self, name, bool(getattr(self, name)))
+        if self.dtype is not None and not isinstance(self.dtype, np.dtype):
+            raise TypeError(f"dtype must be a numpy dtype or None; got {type(self.dtype).__name__} {shown(self.dtype)}")
+        if not isinstance(self.description, str):
+            raise TypeError(f"description must be a string; got {type(self.description).__name__}")
 
     # -- derived layout ---------------------------------------------------------------
     @property
@@ -127,7 +149,10 @@ class FloatFormat:
         return _bits.rel_error(self, x)
 
     def to_bitstring(self, bits: int, sep: str = " ") -> str:
-        """'0 01111 0000000000' for fp16's 1.0: sign, exponent and mantissa fields."""
+        """'0 01111 0000000000' for fp16's 1.0: sign, exponent and mantissa fields.
+
+        `bits` is one bit pattern: an integer (not a bool, not a float) in 0 .. 2^bits - 1.
+        """
         return _bits.bitstring(self, bits, sep)
 
     def __repr__(self) -> str:
@@ -249,6 +274,7 @@ def get(name) -> FloatFormat:
     """
     if isinstance(name, FloatFormat):
         return name
+    given = name
     if not isinstance(name, str):
         try:
             name = np.dtype(name).name
@@ -258,8 +284,49 @@ def get(name) -> FloatFormat:
     if key not in _LOOKUP:
         valid = ", ".join(FORMATS)
         raise ValueError(
-            f"unknown float format {name!r}; valid names are {valid} "
+            f"unknown float format {shown(given)}; valid names are {valid} "
             f"(aliases such as 'bfloat16', 'float16', 'half', 'e4m3', 'e5m2' work too)"
         )
     return FORMATS[_LOOKUP[key]]
 
+
+
+def format_arg(what: str, name) -> FloatFormat:
+    """`get(name)` for the parameter called `what`: its error names the parameter.
+
+    >>> format_arg("accumulator", "fp32").name
+    'fp32'
+    """
+    try:
+        return get(name)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
+MAX_NAMES = 100
+"""The most format names one table or figure takes (there are six formats; repeats are allowed)."""
+
+
+def format_names(names, what: str = "names") -> list[str]:
+    """Canonical names of `names`: one name (never split into letters), several, or None for all.
+
+    A name is anything `get` takes (a name, an alias, a dtype, a FloatFormat).
+
+    >>> format_names("half"), format_names(["bf16", "e4m3"])
+    (['fp16'], ['bf16', 'fp8_e4m3'])
+    """
+    if names is None:
+        return list(FORMATS)
+    if isinstance(names, (str, FloatFormat, np.dtype, type)) or not hasattr(names, "__iter__"):
+        return [format_arg(what, names).name]  # one name, or a framework dtype (torch.bfloat16)
+    if isinstance(names, bytes):
+        raise TypeError(f"{what} must be a format name or a list of them (e.g. ['fp16', 'bf16']); "
+                        f"got {type(names).__name__} {shown(names)}")
+    out = []
+    for name in names:
+        out.append(format_arg(what, name).name)
+        if len(out) > MAX_NAMES:
+            raise ValueError(f"{what}: at most {MAX_NAMES} format names, got more")
+    if not out:
+        raise ValueError(f"{what}: give at least one format name; valid names are {', '.join(FORMATS)}")
+    return out

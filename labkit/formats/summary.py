@@ -30,21 +30,10 @@ from __future__ import annotations
 
 import math
 
+from labkit._validate import shown
 from labkit.formats.describe import represent
-from labkit.formats.spec import FORMATS, get
+from labkit.formats.spec import format_names, get
 from labkit.formats.table import Table, loss_scaling_need
-
-
-def format_names(names) -> list[str]:
-    """Canonical names of `names`: one name, several, or None for every format (in FORMATS)."""
-    if names is None:
-        return list(FORMATS)
-    if isinstance(names, str):
-        return [get(names).name]
-    names = [get(n).name for n in names]
-    if not names:
-        raise ValueError(f"give at least one format name; valid names are {', '.join(FORMATS)}")
-    return names
 
 
 def dynamic_range(fmt) -> tuple[float, float]:
@@ -108,6 +97,10 @@ def _short(x: float) -> str:
     return f"{x:.3g}".replace("e-0", "e-").replace("e+0", "e+")
 
 
+MAX_ROWS = 1000
+"""The most values one representation_table shows (a row each)."""
+
+
 def representation_table(values, fmt) -> Table:
     """Each of `values` stored in `fmt`: stored value, kind, significant bits kept, error, flags.
 
@@ -118,18 +111,25 @@ def representation_table(values, fmt) -> Table:
     1e-06  0.000001013278961181640625  subnormal  5          1.3e-02     subnormal, rounded
     """
     f = get(fmt)
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise TypeError("values must be a sequence of real numbers, e.g. [1e-5, 1e-6]")
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"values must be a sequence of real numbers, e.g. [1e-5, 1e-6]; got "
+                        f"{type(values).__name__} {shown(values)}")
+    values = list(values)
+    if len(values) > MAX_ROWS:
+        raise ValueError(f"values: at most {MAX_ROWS:,} values (one row each), got {len(values):,}")
     rows = []
     for x in values:
-        r = represent(x, f)
+        try:
+            r = represent(x, f)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"values: each must be one real number; {exc}") from None
         stored = r.exact if len(r.exact) <= 26 else f"{r.value:.17g}"
         err = "-" if math.isnan(r.rel_error) else ("inf" if math.isinf(r.rel_error) else f"{r.rel_error:.1e}")
         if err not in ("-", "inf") and r.rel_error == 0:
             err = "0"
         rows.append((f"{r.input:g}", stored, r.kind, str(r.significant_bits), err, ", ".join(r.flags)))
     if not rows:
-        raise ValueError("representation_table() needs at least one value")
+        raise ValueError("values: representation_table() needs at least one value")
     return Table(("input", "stored", "kind", "bits kept", "rel. error", "flags"), tuple(rows))
 
 

@@ -58,19 +58,19 @@ def transformer_shape(width: int | None = None) -> TransformerShape:
     return TransformerShape(d_model=d)
 
 
-def init_params(model: str, seed: int = 0, width: int | None = None) -> dict[str, np.ndarray]:
-    """Initial parameters as float32 numpy arrays, in a fixed order."""
-    rng = np.random.default_rng(seed)
+def param_layout(model: str, width: int | None = None) -> list[tuple[str, tuple[int, ...], float | None]]:
+    """Each parameter's (name, shape, init std) in a fixed order, without allocating any of it.
+
+    std None means a constant: ones for a norm's scale, zeros for biases and a norm's bias.
+    """
+    layout: list[tuple[str, tuple[int, ...], float | None]] = []
 
     def dense(name, fan_in, fan_out, std):
-        params[f"{name}/kernel"] = (rng.standard_normal((fan_in, fan_out)) * std).astype(np.float32)
-        params[f"{name}/bias"] = np.zeros(fan_out, np.float32)
+        layout.extend([(f"{name}/kernel", (fan_in, fan_out), std), (f"{name}/bias", (fan_out,), None)])
 
     def norm(name, d):
-        params[f"{name}/scale"] = np.ones(d, np.float32)
-        params[f"{name}/bias"] = np.zeros(d, np.float32)
+        layout.extend([(f"{name}/scale", (d,), None), (f"{name}/bias", (d,), None)])
 
-    params: dict[str, np.ndarray] = {}
     if model == "mlp":
         w = width or DEFAULT_WIDTH["mlp"]
         dense("dense1", N_PIXELS, w, math.sqrt(2 / N_PIXELS))  # He init for ReLU
@@ -79,8 +79,8 @@ def init_params(model: str, seed: int = 0, width: int | None = None) -> dict[str
     elif model == "transformer":
         s = transformer_shape(width)
         d = s.d_model
-        params["embed/embedding"] = (rng.standard_normal((PIXEL_LEVELS, d)) * 0.02).astype(np.float32)
-        params["pos/embedding"] = (rng.standard_normal((N_PIXELS, d)) * 0.02).astype(np.float32)
+        layout.append(("embed/embedding", (PIXEL_LEVELS, d), 0.02))
+        layout.append(("pos/embedding", (N_PIXELS, d), 0.02))
         for i in range(s.layers):
             b = f"block{i}"
             norm(f"{b}/ln1", d)
@@ -93,6 +93,18 @@ def init_params(model: str, seed: int = 0, width: int | None = None) -> dict[str
         dense("head", d, N_CLASSES, 0.02)
     else:
         raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
+    return layout
+
+
+def init_params(model: str, seed: int = 0, width: int | None = None) -> dict[str, np.ndarray]:
+    """Initial parameters as float32 numpy arrays, in a fixed order (`param_layout`'s)."""
+    rng = np.random.default_rng(seed)
+    params: dict[str, np.ndarray] = {}
+    for name, shape, std in param_layout(model, width):
+        if std is not None:
+            params[name] = (rng.standard_normal(shape) * std).astype(np.float32)
+        else:
+            params[name] = (np.ones if name.endswith("/scale") else np.zeros)(shape, np.float32)
     return params
 
 

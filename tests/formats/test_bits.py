@@ -239,3 +239,38 @@ def test_decode_rejects_non_integer_patterns(bad):
 def test_decode_rejects_patterns_out_of_range(name, bad):
     with pytest.raises(ValueError, match="out of range"):
         lf.get(name).decode(bad)
+
+
+# -- a bit pattern is an integer of the format's width (issue 12) ------------------------------
+@pytest.mark.parametrize("bits, error, words", [
+    (1.5, TypeError, "must be an integer"),  # was: truncated to pattern 1
+    (np.float64(1.0), TypeError, "must be an integer"),
+    (True, TypeError, "got bool"),  # was: read as 1
+    (np.True_, TypeError, "got bool"),
+    (0x10000, ValueError, "out of range for fp16"),
+    (-1, ValueError, "out of range for fp16"),
+    (10**400, ValueError, "out of range for fp16"),
+    ([0x3C00, 0x3C00], TypeError, "one fp16 bit pattern"),
+    ([[1], [2, 3]], TypeError, "one fp16 bit pattern"),
+    ("0x3c00", TypeError, "must be an integer"),
+])
+def test_to_bitstring_takes_one_integer_pattern_within_the_format(bits, error, words):
+    with pytest.raises(error, match=words):
+        lf.get("fp16").to_bitstring(bits)
+
+
+def test_to_bitstring_takes_numpy_integers_and_a_string_separator():
+    fp16 = lf.get("fp16")
+    assert fp16.to_bitstring(np.uint16(0x3C00)) == fp16.to_bitstring(np.int64(0x3C00)) == "0 01111 0000000000"
+    with pytest.raises(TypeError, match="sep must be a string"):
+        fp16.to_bitstring(0x3C00, sep=None)
+
+
+def test_integers_too_large_for_int64_are_out_of_range_not_a_wrong_type():
+    fp16 = lf.get("fp16")
+    with pytest.raises(ValueError, match="out of range for fp16"):
+        fp16.decode([1, 2**70])
+    with pytest.raises(ValueError, match="x must lie within float64's range"):
+        fp16.encode(10**400)
+    assert fp16.encode([2**64, 1.0]).tolist() == [fp16.encode(np.inf), 0x3C00]
+    assert fp16.encode(2**64) == fp16.encode(np.inf)  # held by float64: it overflows fp16, as it should

@@ -1,7 +1,10 @@
 """represent(): one value in one format, with what was lost; and the comparison table."""
 
 import math
+from decimal import Decimal, localcontext
 
+import ml_dtypes
+import numpy as np
 import pytest
 
 import labkit.formats as lf
@@ -95,3 +98,35 @@ def test_loss_scaling_need_follows_the_exponent_range():
     assert lf.loss_scaling_need("fp16").startswith("usually")
     assert lf.loss_scaling_need("e5m2").startswith("yes")
     assert [lf.loss_scaling_need(n).split()[0] for n in lf.FORMATS] == ["no", "no", "usually", "no", "yes:", "yes:"]
+
+
+# -- exact_decimal takes any real scalar, exactly (issue 12) -------------------------------------
+@pytest.mark.parametrize("value", [np.float32(0.1), np.float16(0.1), np.float64(-2.5), np.float32(-0.0),
+                                   np.float32(1e-45), ml_dtypes.bfloat16(0.1), ml_dtypes.float8_e4m3fn(0.3)])
+def test_exact_decimal_of_a_numpy_scalar_is_that_value_exactly(value):
+    text = lf.exact_decimal(value)
+    assert Decimal(text) == Decimal(float(value))  # float() is exact for these: float64 holds them all
+    assert text.startswith("-") == bool(np.signbit(value))
+
+
+def test_exact_decimal_of_float32_point_one_is_not_float64_s():
+    assert lf.exact_decimal(np.float32(0.1)) == "0.100000001490116119384765625"
+    if np.finfo(np.longdouble).nmant >= 60:  # x87's 80-bit long double: more than a float64 holds
+        with localcontext() as ctx:
+            ctx.prec = 100
+            exact = str(Decimal(1) / 2 + Decimal(2) ** -60)
+        assert lf.exact_decimal(np.longdouble(0.5) + np.longdouble(2.0) ** -60) == exact
+
+
+@pytest.mark.parametrize("bad, error", [(True, TypeError), ("0.1", TypeError), ([0.1], TypeError),
+                                        (10**400, ValueError)])
+def test_exact_decimal_refuses_what_is_not_one_real_number(bad, error):
+    with pytest.raises(error, match="value must"):
+        lf.exact_decimal(bad)
+
+
+def test_represent_refuses_an_int_beyond_float64_with_a_message():
+    with pytest.raises(ValueError, match="x must be within float64's range"):
+        lf.represent(10**400, "fp16")
+    with pytest.raises(TypeError, match="x must be one real number"):
+        lf.represent([[1.0], [2.0, 3.0]], "fp16")

@@ -1,6 +1,7 @@
 """Arithmetic in a narrow format: running sums, normalisation statistics, the loss, spacing."""
 
 import math
+import zlib
 
 import ml_dtypes
 import numpy as np
@@ -149,7 +150,7 @@ def test_representable_values_refuse_a_window_too_large():
         representable_values("fp32", 0.0, 1.0)
     with pytest.raises(ValueError, match="lo=2 > hi=1"):
         representable_values("fp16", 2, 1)
-    with pytest.raises(TypeError, match="real number"):
+    with pytest.raises(TypeError, match="lo must be a number"):
         representable_values("fp16", "0", 1)
 
 
@@ -178,3 +179,69 @@ def test_accumulation_is_a_value():
     assert isinstance(acc, Accumulation)
     with pytest.raises(AttributeError):
         acc.format = "bf16"
+
+
+# -- tf32's running sum: float16 at a power-of-two scale, bit for bit the definition (issue 12) -------
+def _tf32_inputs(kind, rng, n=240):
+    if kind == "uniform":
+        return rng.random(n)
+    if kind == "signed, 80 decades":  # chunks that do not fit float16's window, and adds that round
+        return rng.standard_normal(n) * 10.0 ** rng.integers(-40, 38, n)
+    if kind == "huge and tiny, alternating":
+        return np.tile([1e30, 1e-30, -1e30, 3.0], n // 4)
+    if kind == "overflow to inf":
+        return np.concatenate([np.full(n // 2, 3e37), -rng.random(n // 2)])
+    if kind == "inf and nan inputs":
+        return np.concatenate([rng.random(n // 3), [np.inf], rng.random(n // 3), [-np.inf], rng.random(n // 3)])
+    if kind == "subnormal":
+        return rng.standard_normal(n) * 1e-40
+    if kind == "signed zeros and cancellation":
+        return np.concatenate([[-0.0, -0.0, 0.0, -0.0], np.tile([1e20, -1e20, 2.0**-100, -(2.0**-100)], n // 4)])
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "signed, 80 decades", "huge and tiny, alternating", "overflow to inf",
+                                  "inf and nan inputs", "subnormal", "signed zeros and cancellation"])
+def test_tf32_running_sum_matches_the_one_add_at_a_time_loop(kind):
+    values = _tf32_inputs(kind, np.random.default_rng(zlib.crc32(kind.encode())))
+    fast, slow = running_sum(values, "tf32"), loop_sum(values, "tf32")
+    np.testing.assert_array_equal(fast, slow)  # NaN where NaN
+    np.testing.assert_array_equal(np.signbit(fast), np.signbit(slow))  # -0.0 where -0.0
+
+
+def test_tf32_running_sum_of_the_report_s_100000_values_stalls_where_the_loop_does():
+    # the report: compare_accumulation(np.full(10**5, 0.01), "tf32", "tf32") took 27 s (one f.round per add)
+    acc = compare_accumulation(np.full(10**5, 0.01), "tf32", "tf32")
+    stall = acc.stall_step
+    assert stall is not None and stall < 4000
+    np.testing.assert_array_equal(acc.naive[:stall + 2], loop_sum(np.full(stall + 2, 0.01), "tf32"))
+    assert np.all(acc.naive[stall:] == acc.naive[-1]) and np.array_equal(acc.wide, acc.naive)
+
+
+# -- what the numerics functions refuse (issue 12) ----------------------------------------------
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: compare_accumulation([1.0], "bf16", "fp12"), ValueError, "accumulator: unknown float format 'fp12'"),
+    (lambda: normalization_stats([1.0], "fp16", "fp12"), ValueError, "accumulate: unknown float format"),
+    (lambda: normalization_stats([1.0], "fp12"), ValueError, "compute: unknown float format"),
+    (lambda: softmax_cross_entropy([1.0], 0, "fp12"), ValueError, "compute: unknown float format"),
+    (lambda: running_sum([10**400], "fp16"), ValueError, "values must lie within float64's range"),
+    (lambda: running_sum([[1.0], [2.0, 3.0]], "fp16"), TypeError, "values must be real numbers"),
+    (lambda: running_sum({"a": 1}, "fp16"), TypeError, "values must be real numbers"),
+    (lambda: running_sum([1.0, None], "fp16"), TypeError, "values must be real numbers"),
+    (lambda: representable_values("fp16", 0, 1, limit=float("nan")), TypeError, "limit must be an integer"),
+    (lambda: representable_values("fp16", 0, 1, limit=0), ValueError, "limit must be an integer >= 1"),
+    (lambda: representable_values("fp16", 10**400, 1), ValueError, "lo must be a number"),
+    (lambda: representable_values("fp16", 0, float("nan")), ValueError, "hi must be a number"),
+])
+def test_numerics_refuse_bad_values_naming_the_parameter(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_an_accumulation_built_by_hand_is_checked():
+    acc = compare_accumulation([0.5, 0.25], "fp16", "fp32")
+    with pytest.raises(ValueError, match="format: unknown float format"):
+        Accumulation("fp12", "fp32", acc.inputs, acc.naive, acc.wide, acc.reference)
+    with pytest.raises(ValueError, match="the same number"):
+        Accumulation("fp16", "fp32", acc.inputs, acc.naive[:1], acc.wide, acc.reference)
+    assert str(Accumulation("half", "fp32", list(acc.inputs), acc.naive, acc.wide, acc.reference)) == str(acc)

@@ -9,6 +9,7 @@ from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 
 import labkit.formats as lf
+from labkit.formats import plots
 from labkit.formats.numerics import compare_accumulation, representable_values
 from labkit.formats.plots import (
     FIELD_COLORS,
@@ -84,7 +85,7 @@ def test_bit_layout_rows_line_up_at_the_sign_bit():
 
 @pytest.mark.parametrize("bad, error", [("0.1", TypeError), (True, TypeError), ([1.0], TypeError)])
 def test_bit_layout_refuses_what_is_not_one_number(bad, error):
-    with pytest.raises(error, match="real number"):
+    with pytest.raises(error, match="x must be a number"):
         plot_bit_layout(bad)
 
 
@@ -176,3 +177,26 @@ def test_running_sum_plot_draws_the_three_sums_and_the_stall():
 def test_running_sum_plot_refuses_anything_else():
     with pytest.raises(TypeError, match="compare_accumulation"):
         plot_running_sum([1, 2, 3])
+
+
+# -- bad sizes and windows are refused, naming the parameter (issue 12) ---------------------------
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: plots.plot_rounding_error(["fp16"], n=0), ValueError, "n must be an integer from 2"),
+    (lambda: plots.plot_rounding_error(["fp16"], n=True), TypeError, "n must be an integer"),
+    (lambda: plots.plot_rounding_error(["fp16"], n=2.5), TypeError, "n must be an integer"),
+    (lambda: plots.plot_values(["fp16"], 0.0, float("inf")), ValueError, "hi must be a finite number"),
+    (lambda: plots.plot_values(["fp16"], 10**400, 1.0), ValueError, "lo must be a finite number"),
+    (lambda: plots.plot_values(["fp16"], limit=float("nan")), TypeError, "limit must be an integer"),
+    (lambda: plots.plot_values(None), ValueError, "names: .*leave fp32 out of names"),
+    (lambda: plots.plot_number_line(["fp16"], lo=10**400), ValueError, "lo must be a number"),
+    (lambda: plots.plot_bit_layout(10**400, ["fp16"]), ValueError, "x must be a number"),
+    (lambda: plots.plot_bit_layout(0.1, ["fp16"], title=3), TypeError, "title must be a string"),
+])
+def test_figures_refuse_bad_values_naming_the_parameter(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+def test_a_figure_takes_one_format_name():
+    fig = plots.plot_values("fp8_e4m3", 1.0, 2.0)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["fp8_e4m3"]

@@ -1,5 +1,6 @@
 """FloatFormat constants: read from ml_dtypes, and consistent with the bit layout."""
 
+import dataclasses
 import math
 
 import ml_dtypes
@@ -100,3 +101,28 @@ def test_decimal_digits_grow_with_the_mantissa():
     digits = {name: lf.get(name).decimal_digits for name in ALL}
     assert digits["fp32"] > digits["fp16"] == digits["tf32"] > digits["bf16"] > digits["fp8_e4m3"]
     assert math.isclose(digits["fp32"], 24 * math.log10(2))
+
+
+# -- a FloatFormat built by hand is checked (issue 12) ---------------------------------------
+@pytest.mark.parametrize("change, error, words", [
+    (dict(bits=17), ValueError, "bits must be 1 \\+ exponent_bits \\+ mantissa_bits"),
+    (dict(mantissa_bits=2.5), TypeError, "mantissa_bits must be an integer"),
+    (dict(max=None), TypeError, "max must be a number"),
+    (dict(eps=-1.0), ValueError, "eps must be a finite number > 0"),
+    (dict(has_inf="yes"), TypeError, "has_inf must be True or False"),
+    (dict(dtype="float16"), TypeError, "dtype must be a numpy dtype"),
+    (dict(name=3), TypeError, "name must be a non-empty string"),
+])
+def test_a_float_format_refuses_fields_it_cannot_describe(change, error, words):
+    with pytest.raises(error, match=words):
+        dataclasses.replace(lf.get("fp16"), **change)
+
+
+def test_a_format_argument_is_named_in_its_error():
+    from labkit.formats.spec import format_arg
+
+    assert format_arg("accumulator", "half") is lf.get("fp16")
+    with pytest.raises(ValueError, match="^accumulator: unknown float format 'fp12'"):
+        format_arg("accumulator", "fp12")
+    with pytest.raises(ValueError, match=r"an integer of 401 digits"):  # not the value printed whole
+        lf.get(10**400)
