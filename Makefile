@@ -20,18 +20,28 @@ ROOT_OK := $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True)
 lab: install  ## install everything, open JupyterLab on notebooks/ (localhost, token on)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_OK)
 
-# The portable-truth check runs on one core, beside the unit tests and nbval (which use every
-# core); its log is printed when they are done, and any of the three failing fails the target.
-PORTABLE_LOG := .portable-check.log
+# `make test` runs in two lanes, so that both cores stay busy:
+#   lane 1: the unit tests, then nbval on the light notebooks (NBVAL_LANE1);
+#   lane 2: the portable-truth check on one core, then nbval on the heavy notebooks (NBVAL_LANE2).
+# Lane 2's log is printed when both are done; any part failing fails the target.
+NBVAL        := -m pytest --nbval --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+NBVAL_LANE1  := notebooks/00_start_here.ipynb notebooks/01_float_formats.ipynb \
+                notebooks/02_underflow_overflow.ipynb notebooks/03_loss_scaling.ipynb
+NBVAL_LANE2  := $(filter-out $(NBVAL_LANE1),$(sort $(wildcard notebooks/*.ipynb)))
+LANE2_LOG    := .portable-check.log
 
 test: install  ## install everything: unit tests, nbval over every notebook, and the portable-truth check beside them
-	@$(BIN)/python scripts/portable_check.py > $(PORTABLE_LOG) 2>&1 & portable=$$!; \
+	@( $(BIN)/python scripts/portable_check.py; check=$$?; \
+	   $(BIN)/python $(NBVAL) $(NBVAL_LANE2); nbval=$$?; \
+	   echo "== lane 2: portable-truth check exit $$check; nbval (heavy notebooks) exit $$nbval"; \
+	   test $$check = 0 && test $$nbval = 0 ) > $(LANE2_LOG) 2>&1 & lane2=$$!; \
 	$(BIN)/python -m pytest tests; unit=$$?; \
-	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider; \
-	nbval=$$?; wait $$portable; check=$$?; \
-	echo "== the portable-truth check, run beside them (scripts/portable_check.py):"; cat $(PORTABLE_LOG); \
-	echo "== unit tests: exit $$unit; nbval: exit $$nbval; portable-truth check: exit $$check"; \
-	test $$unit = 0 && test $$nbval = 0 && test $$check = 0
+	$(BIN)/python $(NBVAL) $(NBVAL_LANE1); nbval=$$?; \
+	wait $$lane2; lane2=$$?; \
+	echo "== lane 2, run beside: the portable-truth check (scripts/portable_check.py), then nbval on the heavy notebooks:"; \
+	cat $(LANE2_LOG); \
+	echo "== unit tests: exit $$unit; nbval (light notebooks): exit $$nbval; lane 2: exit $$lane2"; \
+	test $$unit = 0 && test $$nbval = 0 && test $$lane2 = 0
 
 install: $(STAMP)
 
@@ -45,7 +55,7 @@ unit: install  ## unit tests only
 	$(BIN)/python -m pytest tests
 
 nbval: install  ## notebooks only
-	$(BIN)/python -m pytest --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
+	$(BIN)/python $(NBVAL) notebooks
 
 portable: install  ## nbval again, as a CPU without AVX-512/bf16 and with one thread would run it
 	$(BIN)/python scripts/portable_check.py

@@ -4,6 +4,7 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,3 +105,18 @@ def test_the_wheel_ships_the_stored_evidence(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     stored = {f"labkit/evidence/stored/{p.name}" for p in (ROOT / "labkit/evidence/stored").iterdir()}
     assert "labkit/evidence/stored/README.md" in stored and stored <= names
+
+
+def test_make_test_runs_every_notebook_once_and_the_portable_check():
+    """`make test` splits nbval over its two lanes: together they must cover every notebook, once."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    plan = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    nbval_lines = [line for line in plan.splitlines() if "--nbval" in line]
+    run = [nb for line in nbval_lines for nb in re.findall(r"notebooks/\S+\.ipynb", line)]
+    assert sorted(run) == sorted(f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert len(run) == len(set(run)) and len(nbval_lines) == 2
+    assert "scripts/portable_check.py" in plan and "pytest tests" in plan
