@@ -267,21 +267,14 @@ class Recorder:
     def _write(self, rec: dict) -> None:
         if self._fd is None:
             return
-        data = (json.dumps(_finite_or_str(rec)) + "\n").encode()
-        try:
-            left = memoryview(data)
-            while left:  # a write may take only part of the line (a file-size limit, a full disk)
-                left = left[os.write(self._fd, left):]
-            if rec["kind"] != "step":  # a step line is in the kernel's cache once written (a killed run
-                _fsync(self._fd)       # keeps it); syncing each would cost milliseconds per step
+        try:  # a step line is in the kernel's cache once written (a killed run keeps it); syncing
+            # each would cost milliseconds per step
+            self._size += _write_line(self._fd, rec, self._size if self._regular else None,
+                                      sync=rec["kind"] != "step")
         except OSError as exc:
-            if self._regular:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(self._fd, self._size)  # drop the torn part: shrinking needs no space
             self.close()
             raise LogWriteFailed(f"could not write the run log {self.path!r} ({exc.strerror or exc}); "
                                  f"nothing more is written to it") from exc
-        self._size += len(data)
 
 
 class LogWriteFailed(OSError):
@@ -293,20 +286,35 @@ def append_end_line(path, status: str, extra: dict) -> None:
 
     A failed write leaves the file ending in its last complete line and raises LogWriteFailed.
     """
-    data = (json.dumps(_finite_or_str({"kind": "end", "status": status, "extra": extra})) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    size = os.fstat(fd).st_size
+    try:
+        _write_line(fd, {"kind": "end", "status": status, "extra": extra}, os.fstat(fd).st_size, sync=True)
+    except OSError as exc:
+        raise LogWriteFailed(f"could not write the run log {os.fspath(path)!r} ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+
+
+def _write_line(fd: int, rec: dict, size: int | None, *, sync: bool) -> int:
+    """Write `rec` as one JSON line to `fd`; returns its length in bytes.
+
+    A write may take only part of the line (a file-size limit, a full disk): on an OSError the
+    torn part is cut off again when `size` (the file's length before) is given -- shrinking needs
+    no space -- and the error is raised.
+    """
+    data = (json.dumps(_finite_or_str(rec)) + "\n").encode()
     try:
         left = memoryview(data)
         while left:
             left = left[os.write(fd, left):]
-        _fsync(fd)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, size)
-        raise LogWriteFailed(f"could not write the run log {os.fspath(path)!r} ({exc.strerror or exc})") from exc
-    finally:
-        os.close(fd)
+        if sync:
+            _fsync(fd)
+    except OSError:
+        if size is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+        raise
+    return len(data)
 
 
 def log_path(out) -> str:
