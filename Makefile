@@ -1,9 +1,9 @@
 # labkit — one entry point.  `make lab` to learn, `make test` to check.
 #
 # Everything lives in a virtual environment in .venv (created on first use).
-# TORCH picks the PyTorch build: the default pin is a CPU-friendly release; on a
-# machine with an NVIDIA GPU use `make lab TORCH=torch` (PyPI's CUDA build), or
-# install the wheel pytorch.org recommends for your CUDA into .venv first.
+# TORCH picks the PyTorch release (default torch==2.13.0). On Linux, PyPI's build of it is the
+# CUDA build: right for an NVIDIA GPU as it is. Without a GPU, install the CPU build into .venv
+# first (README, "Which PyTorch"); for another CUDA version, the wheel pytorch.org's selector gives.
 
 PYTHON ?= python3
 VENV   ?= .venv

@@ -23,9 +23,9 @@ Shapes default to multiples of 64 -- what tensor cores and AVX-512/AMX tiles wan
 what misaligned shapes cost. A combination that cannot run here is a record with
 ``status="skipped"`` and the reason, never a crash: bf16 on a GPU without it, a device
 that is not here, a framework that is not installed, a cell whose first step alone spends
-its budget. No cell waits minutes for an emulated precision: PyTorch's generic bf16 kernel
-(a CPU without bf16 instructions) took 20 s for one MLP step at batch 512 and width 2048 on
-the AVX2-capped Xeon this was written on, where fp32 took 0.15 s.
+its budget. No cell waits minutes for an emulated precision: PyTorch's generic bf16 and fp16
+kernels (a CPU without the instructions) are several times slower than fp32 even at batch 64
+(the AVX2-capped Xeon of `labkit.evidence`'s stored reference rows), and the gap grows with size.
 
 >>> cells(["torch"], ["fp32", "bf16"], ["mlp"])[:2]
 [('torch', 'mlp', 'aligned', 'fp32'), ('torch', 'mlp', 'aligned', 'bf16')]
@@ -34,7 +34,9 @@ the AVX2-capped Xeon this was written on, where fp32 took 0.15 s.
 from __future__ import annotations
 
 import importlib
+import re
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -53,10 +55,69 @@ _MEASURED = {  # the memory() key that holds measured activation bytes, per fram
 }
 
 
-# Dense (no sparsity) bf16 tensor-core peaks from NVIDIA's datasheets, TFLOP/s; fp16 for
-# Volta/Turing, which have no bf16. Used only to report MFU when the device name matches.
-PEAK_TFLOPS = {"H200": 989.4, "H100": 989.4, "A100": 312.0, "L4": 121.0, "A10G": 70.0,
-               "V100": 125.0, "T4": 65.0}
+# Peak dense (no sparsity) TFLOP/s per chip and precision, from NVIDIA's datasheets. The
+# datasheets of Ampere and later quote tensor-core figures "with sparsity"; the dense figure is
+# half of it. Volta (V100) and Turing (T4) have no bf16 and no tf32: their tensor cores do fp16
+# (with fp32 accumulation) only, so a bf16 run there has no peak to be measured against. `fp32`
+# is the non-tensor-core fp32 rate: labkit's `fp32` precision turns TF32 off.
+PEAK_PRECISION = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "bf16-pure": "bf16"}
+"""Which peak a run of each labkit precision is measured against (pure bf16 computes in bf16)."""
+
+
+@dataclass(frozen=True)
+class Peak:
+    """One chip's dense peaks, TFLOP/s, and where they come from.
+
+    ``pattern`` is a regular expression matched against the device text (upper case), e.g.
+    ``"cuda:0 (NVIDIA H100 PCIe, ...)"``; ``tflops`` maps a precision to its peak, and leaves
+    out the precisions the chip has no tensor-core path for.
+    """
+
+    chip: str
+    pattern: str
+    tflops: dict
+    source: str
+
+    def __post_init__(self):
+        for field in ("chip", "pattern", "source"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value:
+                raise TypeError(f"Peak.{field} must be a non-empty str, not {shown(value)}")
+        try:
+            re.compile(self.pattern)
+        except re.error as e:
+            raise ValueError(f"Peak.pattern {self.pattern!r} is not a regular expression: {e}") from None
+        if not isinstance(self.tflops, dict) or not self.tflops:
+            raise TypeError(f"Peak.tflops must be a dict of precision -> TFLOP/s, not {shown(self.tflops)}")
+        for precision, value in self.tflops.items():
+            choice("Peak.tflops precision", precision, ("fp32", "tf32", "fp16", "bf16"))
+            number(f"Peak.tflops[{precision!r}]", value, minimum=0, inclusive=False)
+
+
+PEAKS = (
+    Peak("H200 SXM", r"H200(?!\s*NVL)", {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+         "https://www.nvidia.com/en-us/data-center/h200/"),
+    Peak("H100 SXM", r"H100(?!\s*(PCIE|NVL))", {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5},
+         "https://www.nvidia.com/en-us/data-center/h100/"),
+    Peak("H100 PCIe", r"H100\s*PCIE", {"fp32": 51.0, "tf32": 378.0, "bf16": 756.5, "fp16": 756.5},
+         "https://www.nvidia.com/en-us/data-center/h100/"),
+    Peak("A100", r"A100", {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
+         "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+         "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
+    Peak("L4", r"\bL4\b", {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0},
+         "https://www.nvidia.com/en-us/data-center/l4/"),
+    Peak("V100 SXM2", r"V100-SXM2", {"fp32": 15.7, "fp16": 125.0},
+         "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"),
+    Peak("V100 PCIe", r"V100-PCIE", {"fp32": 14.0, "fp16": 112.0},
+         "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"),
+    Peak("T4", r"\bT4\b", {"fp32": 8.1, "fp16": 65.0},
+         "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"),
+)
+"""The chips labkit reports MFU on. Any other device -- a CPU, an H100 NVL, a V100S, an A10G (whose
+peaks NVIDIA publishes no datasheet for) -- gets no MFU rather than a guessed one."""
+
+PEAK_TFLOPS = {p.chip: dict(p.tflops) for p in PEAKS}
+"""chip -> {precision: dense TFLOP/s}, as in `PEAKS`."""
 
 
 def train_flops(model: str, batch_size: int, width: int | None = None) -> int:
@@ -83,12 +144,34 @@ def train_flops(model: str, batch_size: int, width: int | None = None) -> int:
     return 3 * 2 * macs * batch_size
 
 
-def peak_tflops(device: str) -> float | None:
-    """The chip's dense bf16 (fp16 before Ampere) peak, if the device description names a known GPU."""
+def peak(device: str) -> Peak | None:
+    """The `Peak` of the GPU a device description names, or None (a CPU, an unknown chip)."""
+    import re
+
     if not isinstance(device, str):
         raise TypeError(f"device must be a device description (a string); got {type(device).__name__} {shown(device)}")
-    text = device.upper().replace(" ", "")
-    return next((v for k, v in PEAK_TFLOPS.items() if k in text), None)
+    text = device.upper()
+    return next((p for p in PEAKS if re.search(p.pattern, text)), None)
+
+
+def peak_tflops(device: str, precision: str = "bf16") -> float | None:
+    """The chip's dense peak for a labkit precision (`PEAK_PRECISION`), if the device description
+    names a known GPU and the chip has that precision; None otherwise.
+
+    >>> peak_tflops("cuda:0 (NVIDIA H100 PCIe)"), peak_tflops("cuda:0 (Tesla T4)", "bf16")
+    (756.5, None)
+    """
+    precision = choice("precision", precision, tuple(PEAK_PRECISION))
+    found = peak(device)
+    return found.tflops.get(PEAK_PRECISION[precision]) if found else None
+
+
+def peaks_table() -> Table:
+    """Every chip's dense peaks, one column per precision ("-": the chip has none), and the source."""
+    cols = ("fp32", "tf32", "fp16", "bf16")
+    rows = tuple((p.chip, *(f"{p.tflops[c]:g}" if c in p.tflops else "-" for c in cols), p.source) for p in PEAKS)
+    return Table(("chip", *(f"{c} TFLOP/s" for c in cols), "source (datasheet)"), rows,
+                 "Dense peaks MFU is measured against (no sparsity; NVIDIA's datasheets)")
 
 
 def _split(values, allowed, what: str) -> list[str]:
@@ -208,8 +291,9 @@ def bench(frameworks=("torch",), precisions=("fp32", "bf16"), models=("mlp",), *
         if rec["status"] == "ok":
             rec["flops_per_step"] = train_flops(model, b, w)
             rec["achieved_tflops"] = rec["flops_per_step"] / rec["step_time_s"] / 1e12
-            peak = peak_tflops(rec["device"])
-            rec["mfu"] = rec["achieved_tflops"] / peak if peak else None
+            top = peak_tflops(rec["device"], precision)
+            rec["mfu"] = rec["achieved_tflops"] / top if top else None
+            rec["peak_tflops"] = top
             if precision == "fp32":
                 baseline[(framework, model, shape)] = rec["step_time_s"]
             base = baseline.get((framework, model, shape))
@@ -320,7 +404,10 @@ class _Cell:
                 times, how = self._torch_timer(step)
             else:
                 times, how = self._adaptive(step)
-        return {"status": "ok", "step_time_s": float(np.median(times)), "timed_steps": len(times), "timer": how,
+        q1, q3 = np.percentile(times, [25, 75])
+        spread = {"step_time_min_s": float(np.min(times)), "step_time_q1_s": float(q1),
+                  "step_time_q3_s": float(q3), "step_time_max_s": float(np.max(times))}
+        return {"status": "ok", "step_time_s": float(np.median(times)), **spread, "timed_steps": len(times), "timer": how,
                 "final_loss": step.last.loss, **_activations(self.framework, stepper.memory())}
 
     @staticmethod
@@ -489,21 +576,38 @@ def plot_suffixes() -> tuple[str, ...]:
 
 
 def plot(records: list[dict], path: str | None = None):
-    """Bar chart of speed-up vs fp32 per cell; saved to `path` if given (its suffix one of
-    `plot_suffixes()`: checked before drawing). Returns the Figure."""
+    """Step time of every finished cell, with its spread: the median (the dot, the figure the
+    tables use), the interquartile range of the timed steps (the thick bar) and their minimum to
+    maximum (the thin whisker); each cell's speed-up over fp32 is written above it. (PyTorch's
+    timer times blocks of steps; its spread is that of the blocks' means.) Records without a
+    spread (from an older labkit) show the median only. Saved to `path` if given (its suffix one
+    of `plot_suffixes()`: checked before drawing). Returns the Figure."""
     records = _records(records)
     if path is not None:
         path = out_path("path", path, suffixes=plot_suffixes())
     import matplotlib.pyplot as plt
 
-    done = [r for r in records if r["status"] == "ok" and r.get("speedup_vs_fp32")]
-    fig, ax = plt.subplots(figsize=(max(4, 0.6 * len(done) + 2), 3.2), dpi=90)
-    labels = [f"{r['framework']}\n{r['model']}\n{r['precision']}" for r in done]
-    ax.bar(range(len(done)), [r["speedup_vs_fp32"] for r in done], color="#4C78A8")
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks(range(len(done)), labels, fontsize=7)
-    ax.set_ylabel("speed-up vs fp32")
-    ax.set_title("Measured step-time speed-up (same framework, model and shape)", fontsize=9)
+    done = [r for r in records if r["status"] == "ok"]
+    fig, ax = plt.subplots(figsize=(max(5, 0.75 * len(done) + 2), 3.6), dpi=90)
+    colors = {"fp32": "#4C78A8", "tf32": "#72B7B2", "fp16": "#F58518", "bf16": "#54A24B", "bf16-pure": "#B279A2"}
+    ms = 1e3
+    top = max([r.get("step_time_max_s", r["step_time_s"]) for r in done] or [1.0]) * ms
+    for i, r in enumerate(done):
+        c = colors.get(r["precision"], "#888888")
+        med = r["step_time_s"] * ms
+        if "step_time_min_s" in r:
+            ax.vlines(i, r["step_time_min_s"] * ms, r["step_time_max_s"] * ms, color=c, lw=1.2)
+            ax.vlines(i, r["step_time_q1_s"] * ms, r["step_time_q3_s"] * ms, color=c, lw=7, alpha=0.55)
+        ax.plot([i], [med], "o", color=c, ms=6, mec="k", mew=0.6)
+        if r.get("speedup_vs_fp32") and r["precision"] != "fp32":
+            ax.text(i, top * 1.04, f"{r['speedup_vs_fp32']:.2f}x", ha="center", va="bottom", fontsize=9)
+    ax.set_ylim(0, top * 1.18)
+    ax.set_xticks(range(len(done)), [f"{r['framework']}\n{r['model']}\n{r['precision']}" for r in done], fontsize=9)
+    ax.set_xlim(-0.6, len(done) - 0.4)
+    ax.set_ylabel("ms per step", fontsize=10)
+    ax.tick_params(axis="y", labelsize=9)
+    ax.set_title("Step time: median (dot), interquartile range (bar), min-max (whisker) of the timed steps;\n"
+                 "speed-up of the median over fp32 above each cell", fontsize=10)
     fig.tight_layout()
     if path:
         fig.savefig(path)
@@ -538,7 +642,8 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
     """Milliseconds of one (n, n) @ (n, n) matmul, per (framework, dtype): the best of `repeats`
     timings of `number` calls each, after a warm-up call (compilation, kernel selection).
 
-    Each framework runs on its default device (PyTorch: CUDA if present) with its *default*
+    The repeats of a framework's dtypes are interleaved (fp32, bf16, fp32, bf16, ...), so that
+    other work on a shared machine does not favour one of them. Each framework runs on its default device (PyTorch: CUDA if present) with its *default*
     settings -- so on an NVIDIA GPU JAX and TensorFlow compute float32 in TF32 and PyTorch does
     not. Every call waits for its result. The operands are the same numbers in every framework.
 
@@ -557,13 +662,22 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     out = {}
     for framework in frameworks:
+        plan = {}
         for dtype in dtypes:
             call = _matmul_call(framework, a, dtype)
             first = min(timeit.repeat(call, number=1, repeat=1))  # the warm-up, timed to size the rest
             k, r = number_, repeats
             if max_seconds is not None and first * k * r > max_seconds:
                 k, r = 1, max(1, min(repeats, int(max_seconds / max(first, 1e-9))))
-            out[framework, dtype] = 1e3 * min(timeit.repeat(call, number=k, repeat=r)) / k
+            plan[dtype] = (call, k, r, [])
+        # the repeats of the dtypes take turns, so that a burst of other work on the machine
+        # slows all of them alike rather than the one that happened to be timed then
+        for i in range(max(r for _, _, r, _ in plan.values())):
+            for call, k, r, times in plan.values():
+                if i < r:
+                    times.append(timeit.timeit(call, number=k) / k)
+        for dtype, (_, _, _, times) in plan.items():
+            out[framework, dtype] = 1e3 * min(times)
     return out
 
 

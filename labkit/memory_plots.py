@@ -85,6 +85,10 @@ class Breakdown:
         return int(sum(v for v in self.parts.values() if v is not None))
 
 
+FONT = {"small": 10, "label": 11, "title": 11}
+"""Font sizes (pt) of the figures: legible when the notebook shows them at its width."""
+
+
 def _check_precision(precision: str) -> None:
     choice("precision", precision, LAYOUT)
 
@@ -264,7 +268,7 @@ def difference_table(records) -> Table:
                  "Measured minus modelled bytes (PyTorch)")
 
 
-def memory_figure(records, title: str = "", dpi: int = 80):
+def memory_figure(records, title: str = "", dpi: int = 100):
     """Stacked bars per finished record: modelled (left, hatched) and measured (right).
 
     A measured part that cannot be read here is left out and the bar is labelled; a
@@ -280,8 +284,8 @@ def memory_figure(records, title: str = "", dpi: int = 80):
     if not recs:
         raise ValueError("memory_figure needs at least one finished record with a memory dict")
     frameworks = {r["framework"] for r in recs}
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.3 * len(recs) + 2.8), 3.4), dpi=dpi)
-    ticks, labels, top = [], [], 0.0
+    fig, ax = plt.subplots(figsize=(min(9.0, max(5.5, 1.4 * len(recs) + 3.4)), 4.0), dpi=dpi)
+    ticks, labels, groups, top = [], [], [], 0.0
     for i, rec in enumerate(recs):
         for j, b in enumerate(_record_pair(rec)):
             x = 3 * i + j
@@ -293,23 +297,28 @@ def memory_figure(records, title: str = "", dpi: int = 80):
                            hatch="//" if b.source == "modelled" else None, linewidth=0.5)
                     bottom += v / 1e6
             text = f"{b.total / 1e6:.1f}" if b.total is not None else "no\nactivations"
-            ax.text(x, bottom, text, ha="center", va="bottom", fontsize=7)
+            ax.text(x, bottom, text, ha="center", va="bottom", fontsize=FONT["small"])
             if b.peak is not None:
                 ax.plot([x - 0.45, x + 0.45], [b.peak / 1e6] * 2, color="k", lw=2)
                 bottom = max(bottom, b.peak / 1e6)
             top = max(top, bottom)
             ticks.append(x)
-            name = f"{rec['framework']} " if len(frameworks) > 1 else ""
-            labels.append(f"{name}{rec['precision']}\n{'model' if b.source == 'modelled' else 'measured'}")
-    ax.set_xticks(ticks, labels, fontsize=7)
+            labels.append("model" if b.source == "modelled" else "meas.")
+        name = f"{rec['framework']} " if len(frameworks) > 1 else ""
+        groups.append((3 * i + 0.5, f"{name}{rec['precision']}"))  # one name under each pair of bars
+    ax.set_xticks(ticks, labels, fontsize=FONT["small"])
+    for x, name in groups:
+        ax.annotate(name, (x, 0), xycoords=ax.get_xaxis_transform(), xytext=(0, -22), textcoords="offset points",
+                    ha="center", va="top", fontsize=FONT["small"])
+    ax.tick_params(axis="y", labelsize=FONT["small"])
     ax.set_ylim(0, 1.18 * top)
-    ax.set_ylabel("MB")
+    ax.set_ylabel("MB", fontsize=FONT["label"])
     first = recs[0]
     ax.set_title(title or f"{first['model']}, batch {first['batch_size']}, width {first['width']}: "
-                 "memory of one step (hatched: modelled)", fontsize=9)
+                 "memory of one step (hatched: modelled)", fontsize=FONT["title"])
     used = [s for s in SEGMENTS if any(b.parts[s] for r in recs for b in _record_pair(r))]
     handles = [Patch(color=COLORS[s], label=LABELS[s]) for s in used]
-    ax.legend(handles=handles, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.legend(handles=handles, fontsize=FONT["small"], frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     plt.close(fig)
     return fig
@@ -330,7 +339,7 @@ def _by_batch(records) -> tuple[dict, dict]:
     return base, cand
 
 
-def batch_figure(records, dpi: int = 80, speed: bool = True):
+def batch_figure(records, dpi: int = 100, speed: bool = True):
     """How batch size changes the picture: speed-up over fp32 (left) and memory relative to
     fp32 (right, measured points and modelled line) at each batch size, with seed 004's
     claims (2-3x, 50%) drawn in. ``speed=False`` draws the memory alone (for records whose
@@ -343,21 +352,21 @@ def batch_figure(records, dpi: int = 80, speed: bool = True):
     base, cand = _by_batch(records)
     first = next(iter(base.values()))
     if speed:
-        fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi)
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.8), dpi=dpi)
         ax.axhspan(2, 3, color="#54A24B", alpha=0.15, label="seed 004: 2-3x")
         ax.axhline(1, color="k", lw=0.8)
     else:
-        fig, bx = plt.subplots(1, 1, figsize=(4.8, 3.2), dpi=dpi)
+        fig, bx = plt.subplots(1, 1, figsize=(5.6, 3.8), dpi=dpi)
     bx.axhline(0.5, color="#54A24B", lw=1.5, alpha=0.6, label="seed 004: 50% saved")
     bx.axhline(1, color="k", lw=0.8)
+    speeds_at: dict[int, list[tuple[float, int]]] = {}
     for i, (prec, recs) in enumerate(sorted(cand.items())):
         bs = sorted(recs)
         if speed:
             speeds = [base[b]["step_time_s"] / recs[b]["step_time_s"] for b in bs]
             ax.plot(bs, speeds, "o-", color=f"C{i}", label=prec)
             for b, s in zip(bs, speeds):
-                ax.annotate(f"{s:.1f}x", (b, s), textcoords="offset points", xytext=(0, 5 if i % 2 == 0 else -11),
-                            ha="center", fontsize=7, color=f"C{i}")
+                speeds_at.setdefault(b, []).append((s, i))
         ratio = [_ratio(first["framework"], recs[b], base[b]) for b in bs]
         pts = [(b, r) for b, r in zip(bs, ratio) if r is not None]
         if pts:
@@ -365,24 +374,41 @@ def batch_figure(records, dpi: int = 80, speed: bool = True):
         model = [modelled(first["model"], b, prec, first["width"]).total
                  / modelled(first["model"], b, "fp32", first["width"]).total for b in bs]
         bx.plot(bs, model, "--", color=f"C{i}", label=f"{prec} modelled")
+    for b, points in speeds_at.items():  # labels never overlap: per batch, stacked apart above and below
+        for (s, i), dy in zip(sorted(points), label_offsets(len(points))):
+            ax.annotate(f"{s:.1f}x", (b, s), textcoords="offset points", xytext=(0, dy), ha="center",
+                        va="bottom" if dy > 0 else "top", fontsize=FONT["small"], color=f"C{i}")
     batches = sorted({b for recs in cand.values() for b in recs})
-    for a, where in ((ax, "lower right"), (bx, "lower left")) if speed else ((bx, "lower left"),):
+    for a, where in ((ax, "upper left"), (bx, "lower center")) if speed else ((bx, "lower center"),):
         a.set_xscale("log", base=2)
-        a.set_xticks(batches, [str(b) for b in batches], fontsize=8)
+        a.set_xticks(batches, [str(b) for b in batches], fontsize=FONT["small"])
+        a.tick_params(axis="y", labelsize=FONT["small"])
         a.minorticks_off()
-        a.set_xlabel("batch size")
+        a.set_xlabel("batch size", fontsize=FONT["label"])
         a.grid(alpha=0.3)
-        a.legend(fontsize=7, frameon=False, loc=where)
+        a.legend(fontsize=FONT["small"], frameon=False, loc=where, ncol=2 if a is bx else 1)  # under the 50% line
     if speed:
-        ax.set_ylim(0, max(3.6, 1.1 * ax.get_ylim()[1]))
-        ax.set_ylabel("speed-up vs fp32")
-        ax.set_title(f"{first['framework']} {first['model']} (width {first['width']}): speed", fontsize=9)
+        ax.set_ylim(0, max(4.2, 1.3 * max(s for points in speeds_at.values() for s, _ in points)))  # room for the legend
+        ax.set_ylabel("speed-up vs fp32", fontsize=FONT["label"])
+        ax.set_title(f"{first['framework']} {first['model']} (width {first['width']}): speed", fontsize=FONT["title"])
     bx.set_ylim(0, 1.3)
-    bx.set_ylabel("memory / fp32's memory")
-    bx.set_title("memory of one step (weights, gradients, Adam, activations)", fontsize=9)
+    bx.set_ylabel("memory / fp32's memory", fontsize=FONT["label"])
+    bx.set_title("memory of one step\n(weights, gradients, Adam, activations)", fontsize=FONT["title"])
     fig.tight_layout()
     plt.close(fig)
     return fig
+
+
+def label_offsets(n: int, gap: float = 11.0) -> list[float]:
+    """Vertical offsets (points) for `n` labels at one x, ordered by value from lowest: the lower
+    half goes below its point, the upper half above, each label `gap` points from the next, so
+    two values that nearly coincide get labels that do not.
+
+    >>> label_offsets(1), label_offsets(2), label_offsets(3)
+    ([5.0], [-5.0, 5.0], [-5.0, 5.0, 16.0])
+    """
+    below = n // 2
+    return [-(5.0 + gap * (below - 1 - k)) for k in range(below)] + [5.0 + gap * k for k in range(n - below)]
 
 
 def _ratio(framework: str, rec: dict, base: dict) -> float | None:

@@ -255,6 +255,11 @@ OVERRIDES = {
     ("labkit.scaling.get_preset", "name"): "torch",
     ("labkit.hardware.example_report", "name"): "T4",
     ("labkit.hardware.HardwareReport.framework", "name"): "torch",
+    ("labkit.hardware.Advice.for_framework", "name"): "torch",
+    ("labkit.bench.Peak", "chip"): "T4",
+    ("labkit.bench.Peak", "pattern"): r"\bT4\b",
+    ("labkit.bench.Peak", "tflops"): Make(lambda ctx: {"fp16": 65.0}),
+    ("labkit.bench.Peak", "source"): "https://www.nvidia.com/",
     ("labkit.claims.get", "claim"): "speed",
     ("labkit.claims.verdict", "claim"): "speed",
     ("labkit.hardware.FrameworkInfo", "name"): "torch",
@@ -372,6 +377,8 @@ BAD_ONLY = {
                               "be refused before anything starts",
     "labkit.cli.run_bench": "a good call runs the benchmark: only bad values, each of which must be refused "
                             "before anything starts",
+    "labkit.scaling.keras_scale_to_zero": "a good call imports TensorFlow and runs 143 real optimizer steps: only bad "
+                                          "values, each of which must be refused before anything starts",
 }
 
 

@@ -95,6 +95,9 @@ def test_adaptive_timing_uses_torch_benchmark_for_torch_and_labkit_s_loop_for_ja
 def test_fixed_steps_are_timed_one_by_one():
     (rec,) = bench.bench("torch", "fp32", "mlp", batch_size=16, width=16, warmup=0, steps=3)
     assert (rec["timer"], rec["timed_steps"]) == ("median of 3 timed steps", 3)
+    spread = [rec[k] for k in ("step_time_min_s", "step_time_q1_s", "step_time_s", "step_time_q3_s", "step_time_max_s")]
+    assert spread == sorted(spread) and spread[0] > 0  # min <= q1 <= median <= q3 <= max
+    assert rec["mfu"] is None and rec["peak_tflops"] is None  # a CPU has no peak in the table
 
 
 def test_a_cell_whose_budget_is_gone_is_skipped_with_the_reason():
@@ -205,8 +208,52 @@ def test_train_flops_match_torch_flop_counter(model, width, batch):
 
 
 def test_mfu_is_reported_only_for_known_chips():
-    assert bench.peak_tflops("cuda:0 (NVIDIA H200, compute capability 9.0)") == 989.4
+    assert bench.peak_tflops("cuda:0 (NVIDIA H200, compute capability 9.0)") == 989.5
     assert bench.peak_tflops("cpu (AMD EPYC)") is None
+
+
+@pytest.mark.parametrize("device, precision, peak", [
+    ("cuda:0 (NVIDIA H100 80GB HBM3)", "bf16", 989.5),  # SXM
+    ("cuda:0 (NVIDIA H100 PCIe)", "bf16", 756.5),
+    ("cuda:0 (NVIDIA H100 NVL)", "bf16", None),  # not in the table: no guess
+    ("cuda:0 (NVIDIA H200 NVL)", "bf16", None),
+    ("cuda:0 (NVIDIA A100-SXM4-80GB)", "tf32", 156.0),
+    ("cuda:0 (NVIDIA A100 80GB PCIe)", "fp32", 19.5),
+    ("cuda:0 (NVIDIA A10G)", "bf16", None),
+    ("cuda:0 (NVIDIA L4)", "bf16-pure", 121.0),
+    ("cuda:0 (Tesla V100-SXM2-16GB)", "fp16", 125.0),
+    ("cuda:0 (Tesla V100-SXM2-16GB)", "bf16", None),  # Volta has no bf16
+    ("cuda:0 (Tesla V100-PCIE-32GB)", "fp16", 112.0),
+    ("cuda:0 (Tesla V100S-PCIE-32GB)", "fp16", None),
+    ("cuda:0 (Tesla T4)", "fp16", 65.0),
+    ("cuda:0 (Tesla T4)", "tf32", None),  # Turing has no tf32
+])
+def test_each_precision_is_measured_against_its_own_peak_on_its_own_chip(device, precision, peak):
+    assert bench.peak_tflops(device, precision) == peak
+
+
+def test_every_peak_names_its_datasheet_and_no_chip_claims_bf16_it_lacks():
+    for p in bench.PEAKS:
+        assert p.source.startswith("https://") and set(p.tflops) <= {"fp32", "tf32", "fp16", "bf16"}
+        if p.chip.startswith(("V100", "T4")):
+            assert "bf16" not in p.tflops and "tf32" not in p.tflops
+    table = bench.peaks_table()
+    assert table.column("chip") == [p.chip for p in bench.PEAKS] and "-" in table.column("bf16 TFLOP/s")
+    with pytest.raises(ValueError, match="precision"):
+        bench.peak_tflops("cuda:0 (Tesla T4)", "fp64")
+
+
+def test_plot_shows_each_cells_spread_and_reads_records_without_one():
+    base = dict(framework="torch", model="mlp", batch_size=8, width=8, status="ok", activation_bytes_model=1,
+                samples_per_s=1.0, achieved_tflops=1e-3, activation_bytes=None, final_loss=2.0)
+    recs = [dict(base, precision="fp32", step_time_s=0.02, speedup_vs_fp32=1.0, step_time_min_s=0.018,
+                 step_time_q1_s=0.019, step_time_q3_s=0.021, step_time_max_s=0.03),
+            dict(base, precision="bf16", step_time_s=0.01, speedup_vs_fp32=2.0)]
+    fig = bench.plot(recs)
+    ax = fig.axes[0]
+    assert len(ax.collections) == 2  # the fp32 cell's whisker and IQR bar; the bf16 one has no spread
+    assert [t.get_text() for t in ax.texts] == ["2.00x"]
+    assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= 9
 
 
 # -- one big matmul per framework --------------------------------------------------------------

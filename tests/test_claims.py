@@ -120,8 +120,16 @@ def test_mixed_precision_saves_activations_but_not_the_whole_step():
     assert verdict("memory", [base, pure]).value == pytest.approx(0.5)
     edge = verdict("activations", [base, rec("bf16", memory=torch_mem(400, 400, 800, 221))])
     assert edge.text == "holds here: 0.55x fp32's bytes"  # 0.5525, judged as shown
-    partly = verdict("memory", [base, rec("bf16", memory=torch_mem(400, 400, 800, 0))])
-    assert partly.text.startswith("partly: 0.80x") and partly.holds is False
+    closer = verdict("memory", [base, rec("bf16", memory=torch_mem(400, 400, 800, 0))])
+    assert closer.text.startswith("does not hold here: 0.80x") and closer.holds is False  # one rule: <= 0.55x
+
+
+def test_a_memory_saving_short_of_half_reads_the_same_in_the_verdict_and_the_summary():
+    base = rec("fp32", memory=FP32_MEM)
+    close = rec("bf16", memory=torch_mem(400, 400, 800, 0))
+    v = verdict("memory", [base, close])
+    assert not v.text.startswith("partly") and v.holds is False
+    assert summary_table({"memory": [base, close]}, ["memory"]).rows[0][2] == "bf16 0.80x ✗"
 
 
 def test_gradients_of_fp32_weights_are_not_halved():
@@ -162,7 +170,28 @@ def test_lossless_compares_test_accuracy_within_one_point():
     base = rec("fp32", accuracy=0.950)
     assert verdict("lossless", [base, rec("bf16", accuracy=0.945)]).holds is True
     worse = verdict("lossless", [base, rec("bf16-pure", accuracy=0.90)])
-    assert worse.value == pytest.approx(0.05) and worse.text == "does not hold here: 90.0% vs fp32's 95.0%"
+    assert worse.value == pytest.approx(0.05)
+    assert worse.text == "does not hold here: 90.0% vs fp32's 95.0%, worse by 5.0 pt"
+
+
+def test_a_16_bit_run_more_accurate_than_fp32_reads_as_better_not_as_a_loss():
+    base = rec("fp32", accuracy=0.978)
+    better = rec("bf16-pure", accuracy=0.983)
+    v = verdict("lossless", [base, better])
+    assert v.holds is True and v.text == "holds here: 98.3% vs fp32's 97.8%, better by 0.5 pt"
+    assert verdict_table([base, better], ["lossless"]).column("measured") == ["better by 0.5 pt"]
+    assert summary_table({"lossless": [base, better]}, ["lossless"]).rows[0][2] == "bf16-pure better by 0.5 pt ✓"
+    same = verdict("lossless", [base, rec("bf16", accuracy=0.978)])
+    assert same.text == "holds here: 97.8% vs fp32's 97.8%, the same"
+
+
+def test_a_cpu_record_that_mentions_gpus_is_read_as_a_cpu_record():
+    cpu = "cpu (Xeon, native bf16: amx_bf16; TF32 is a GPU format: tf32 runs as fp32 here)"
+    assert claims._device_kind({"device": cpu}) == "cpu"
+    assert claims._device_kind({"device": "cuda:0 (NVIDIA H200, compute capability 9.0)"}) == "gpu"
+    assert claims._device_kind({"device": "tpu (TPU v4)"}) == "tpu"
+    records = [dict(BASE, device=cpu, precision=p, step_time_s=t) for p, t in (("fp32", 0.06), ("bf16", 0.02))]
+    assert "GPU" not in claims.speed_table(records).column("reading")[0]
     assert "needs training runs" in verdict("lossless", [rec("fp32"), rec("bf16")]).text
 
 

@@ -35,7 +35,9 @@ def gpu_report(name, capability, vendor="nvidia", arch=None, cpu=HOST):
     ("NVIDIA B200", (10, 0), "bf16", False),
     ("Tesla V100-SXM2-16GB", (7, 0), "fp16", True),
     ("Tesla T4", (7, 5), "fp16", True),
-    ("Tesla P100-PCIE-16GB", (6, 0), "fp32", False),
+    ("Tesla P100-PCIE-16GB", (6, 0), "fp16", True),   # GP100: fp16 at twice fp32's rate
+    ("Tesla P40", (6, 1), "fp32", False),              # consumer Pascal: fp16 at 1/64
+    ("NVIDIA GeForce GTX 1080 Ti", (6, 1), "fp32", False),
     ("Tesla K80", (3, 7), "fp32", False),
 ])
 def test_advise_nvidia_gpu_by_compute_capability(name, capability, precision, loss_scaling):
@@ -69,6 +71,50 @@ def test_advise_tpu_bf16_whatever_else_is_there():
                             gpus=(GPUInfo("Tesla T4", capability=(7, 5)),), tpus=(TPUInfo("TPU v4", 4, "jax"),))
     advice = advise(report)
     assert (advice.precision, advice.loss_scaling, advice.target) == ("bf16", False, "TPU v4 x4")
+
+
+def test_gp100_runs_fp16_at_twice_fp32_and_consumer_pascal_at_one_64th():
+    assert GPUInfo("Tesla P100", capability=(6, 0)).fp16_rate == 2.0
+    assert GPUInfo("Jetson TX2", capability=(6, 2)).fp16_rate == 2.0
+    assert GPUInfo("Tesla P4", capability=(6, 1)).fp16_rate == 1 / 64
+    assert GPUInfo("V100", capability=(7, 0)).fp16_rate is None  # Tensor Cores: see tensor_core_dtypes
+    assert GPUInfo("K80", capability=(3, 7)).fp16_rate is None
+    p100, p40 = advise(example_report("P100")), advise(example_report("P40"))
+    assert "twice the fp32 rate" in p100.reason and "1/64" in p40.reason
+    assert hardware.native_precision("torch", "fp16", example_report("P100")).native
+    assert not hardware.native_precision("torch", "fp16", example_report("P4")).native
+    assert not hardware.native_precision("torch", "bf16", example_report("P100")).native
+
+
+def test_advice_is_per_framework_jax_on_a_cpu_trains_in_fp32():
+    advice = advise(example_report("cpu-amx"))
+    assert advice.precision == "bf16"  # what the CPU's units take
+    assert advice.by_framework == {"torch": "bf16", "jax": "fp32", "tensorflow": "bf16"}
+    assert advice.headline == "bf16 (torch, tensorflow), fp32 (jax)"
+    assert (advice.for_framework("jax"), advice.for_framework("tf")) == ("fp32", "bf16")
+    assert advice.frameworks["jax"] == "plain float32 (the default dtype)"
+    assert any(n.startswith("jax: fp32, not bf16: XLA:CPU") for n in advice.notes)
+    with pytest.raises(ValueError, match="unknown framework"):
+        advice.for_framework("mxnet")
+
+
+@pytest.mark.parametrize("name", ["A100", "T4", "P100", "tpu", "cpu"])
+def test_advice_is_the_same_for_every_framework_on_gpus_tpus_and_plain_cpus(name):
+    advice = advise(example_report(name))
+    assert set(advice.by_framework.values()) == {advice.precision}
+    assert advice.headline == advice.for_framework("torch") == advice.for_framework("jax")
+
+
+def test_advice_by_framework_is_checked():
+    with pytest.raises(TypeError, match="by_framework"):
+        Advice("bf16", False, "r", "t", by_framework={"jax": "int8"})
+    assert Advice("fp32", False, "r", "t").by_framework == {"torch": "fp32", "jax": "fp32", "tensorflow": "fp32"}
+
+
+def test_tf32_note_names_the_defaults_of_each_framework():
+    notes = " ".join(advise(example_report("A100")).notes)
+    assert "cudnn.allow_tf32 is True" in notes and 'set_float32_matmul_precision("high")' in notes
+    assert "JAX's default matmul precision is TF32" in notes
 
 
 def test_advise_gpu_decides_over_the_cpu():
@@ -318,8 +364,8 @@ def test_seed_004_comparison_marks_each_row_against_advise():
 
 def test_every_example_has_advice_and_the_colab_runtimes_table_matches_it():
     expected = {"cpu": "fp32", "cpu-avx512-bf16": "bf16", "cpu-amx": "bf16", "apple-m2": "fp32", "tpu": "bf16"}
-    for model, cc in hardware.KNOWN_GPUS.items():  # the rule: 8.0 and newer bf16, 7.x fp16, older fp32
-        expected[model] = "bf16" if cc >= (8, 0) else "fp16" if cc >= (7, 0) else "fp32"
+    for model, cc in hardware.KNOWN_GPUS.items():  # the rule: 8.0 and newer bf16, 7.x and GP100 fp16, older fp32
+        expected[model] = "bf16" if cc >= (8, 0) else "fp16" if cc >= (7, 0) or cc == (6, 0) else "fp32"
     assert {name: advise(example_report(name)).precision for name in hardware.EXAMPLES} == expected
     assert example_report("rtx3090") == example_report("RTX 3090")
     table = hardware.advice_table(["cpu", "T4", "A100", "tpu"])

@@ -56,7 +56,7 @@ def test_activation_bytes_halve_in_16_bits_but_not_quite(model):
 
 def test_mlp_activation_elements_follow_the_layer_shapes():
     n = memory.activation_elements("mlp", 10, width=32)
-    assert n == {"compute": 10 * (64 + 2 * 32), "fp32": 0, "loss": 10 * 10, "index": 10}
+    assert n == {"compute": 10 * (64 + 2 * 32), "fp32": 0, "probabilities": 0, "loss": 10 * 10, "index": 10}
 
 
 def test_activation_bad_input():
@@ -91,3 +91,14 @@ def test_sizes_and_names_are_checked(call, error, words):
 def test_the_default_width_is_none_and_an_explicit_one_is_used():
     assert memory.activation_elements("mlp", 2) == memory.activation_elements("mlp", 2, 256)
     assert memory.check_sizes("transformer", 4, 64) == ("transformer", 4, 64)
+
+
+def test_seed004_comparison_shows_the_mixed_total_right_and_the_fp32_total_wrong():
+    t = memory.seed004_comparison(10**9)
+    rows = {r[0]: r[1:] for r in t.rows}
+    # (seed mixed, ZeRO mixed, seed fp32, ZeRO fp32), bytes per parameter
+    assert rows["total"] == ("16", "16", "24", "16")  # the seed's mixed total is right, its fp32 total is not
+    assert rows["sum of the rows above"] == ("20", "16", "24", "16")  # its mixed rows list the master copy twice
+    assert rows["optimizer states (Adam)"] == ("12", "8", "16", "8")
+    with pytest.raises(ValueError):
+        memory.seed004_comparison(0)

@@ -225,3 +225,26 @@ def test_the_model_is_counted_from_its_layout_not_built():
         assert memory_plots._counts(model, width)[0] == count_params(params)
     n, copies, tensors = memory_plots._counts("transformer", 2**16)
     assert n > 4 * 10**9 and copies < n and tensors > 10
+
+
+def test_figure_text_is_legible_at_notebook_width(records):
+    ax = memory_figure(records).axes[0]
+    texts = [*ax.get_xticklabels(), *ax.texts, *ax.get_legend().get_texts(), ax.title]
+    assert min(t.get_fontsize() for t in texts) >= 10
+
+
+def test_speed_labels_of_nearly_equal_values_do_not_overlap():
+    base = dict(framework="torch", model="mlp", width=32, status="ok", memory=FP32_MEM_FOR_LABELS)
+    recs = [dict(base, batch_size=b, precision=p, step_time_s=t)
+            for b in (8, 64) for p, t in (("fp32", 0.02), ("bf16", 0.0100), ("bf16-pure", 0.0099))]
+    fig = batch_figure(recs)
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.texts]
+    assert len(boxes) == 4
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert min(t.get_fontsize() for t in ax.texts) >= 10
+
+
+FP32_MEM_FOR_LABELS = dict(parameter_bytes=400, gradient_bytes=400, optimizer_state_bytes=800,
+                           saved_activation_bytes=400, saved_weight_copy_bytes=0)

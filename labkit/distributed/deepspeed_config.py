@@ -13,14 +13,14 @@ rank, and how the loss scale moves -- all read from DeepSpeed 0.19.8's source (m
   the engine hands it to ``DeepSpeedZeroOptimizer`` (``deepspeed/runtime/zero/stage_1_and_2.py``),
   which casts each gradient bucket to it before reducing it (an all-reduce of the bucket, each
   rank keeping its partition, with ``use_multi_rank_bucket_allreduce``, the default).
-  So by default a bf16 run reduces gradients in bf16 -- summing in 8 mantissa bits -- unless you
+  So by default a bf16 run reduces gradients in bf16 -- summing in 8 significant bits -- unless you
   write ``"communication_data_type": "fp32"``; an fp16 run reduces the *scaled* fp16 gradients.
 
 The real engine: ``RunConfig("torch", "bf16", devices=2, parallel="zero2")`` (or "zero1") runs
 DeepSpeed itself under torchrun (`labkit.distributed.deepspeed_worker`, config from
 `engine_config`) once ``pip install "labkit[deepspeed]"`` has installed it. On a CPU DeepSpeed
 runs fp32 and bf16 over gloo, but refuses fp16 ("Type fp16 is not supported on your device")
-unless oneDNN has fp16 kernels there (AVX512-FP16 / AMX-FP16) -- so on such a CPU the fp16 block
+unless oneDNN reports fp16 support (on x86: AVX512-FP16 or AVX-NE-CONVERT) -- so on such a CPU the fp16 block
 is only simulated: `explain` and `zero_memory` are DeepSpeed's rules written as data and the
 ZeRO paper's arithmetic; the loss scale comes from `labkit.scaling`'s "deepspeed" preset (a
 replay of ``DynamicLossScaler`` tested against its source, step for step), fed with overflow

@@ -1,4 +1,5 @@
-"""Tables a notebook prints about multi-device runs: step time per engine, ZeRO memory measured vs predicted."""
+"""Tables a notebook prints about multi-device runs: step time per engine, what the parameter
+all-gathers move, ZeRO memory measured vs predicted."""
 
 from __future__ import annotations
 
@@ -42,6 +43,48 @@ def step_time_table(results: dict) -> Table:
                      str(r.extra.get("comm_bytes_per_step", 0)), f"{1e3 * t:.1f}" if ok else "-",
                      f"{r.config.batch_size / t:.0f}" if ok else "-"))
     cols = ("run", "framework", "devices", "engine", "reduce", "bytes/step", "median step ms", "samples/s")
+    return Table(cols, tuple(rows))
+
+
+_GATHER_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}  # HLO names -> labkit's
+
+
+def gathered(result: RunResult) -> dict:
+    """The parameter all-gathers of one step of a sharded run: their dtype, elements and bytes.
+
+    torch (FSDP2): the collectives the profiler saw (``extra["collectives"]``); jax: the
+    program as labkit wrote it (``extra["collectives_requested"]``, before XLA optimises it).
+    Returns ``{"dtype": "bf16" | "fp32" | "bf16/fp32", "elements": int, "bytes": int}``.
+    """
+    if not isinstance(result, RunResult):
+        raise TypeError(f"gathered takes a RunResult; got {type(result).__name__}")
+    if result.config.framework == "jax":
+        rows = [{"dtype": c["dtype"], "elements": math.prod(c["shape"]), "bytes": c["bytes"]}
+                for c in result.extra.get("collectives_requested", []) if c["op"] == "all-gather"]
+    elif result.config.framework == "torch":
+        rows = [c for c in result.extra.get("collectives", []) if c["op"].startswith("allgather")]
+    else:
+        raise ValueError(f"gathered reads torch and jax runs; got framework={result.config.framework!r}")
+    if not rows:
+        raise ValueError("gathered needs a sharded run (parallel='fsdp') whose collectives were recorded; "
+                         "this one has no all-gather")
+    dtypes = sorted({_GATHER_DTYPES.get(r["dtype"], r["dtype"]) for r in rows})
+    return {"dtype": "/".join(dtypes), "elements": sum(int(r["elements"]) for r in rows),
+            "bytes": sum(int(r["bytes"]) for r in rows)}
+
+
+def gather_table(results: dict) -> Table:
+    """One row per sharded run ({label: RunResult}): what its parameter all-gathers moved in one
+    step -- dtype, elements, bytes, bytes per element -- and what the same gathers would move in
+    bf16 (2 bytes per element)."""
+    if not isinstance(results, dict) or not results or not all(isinstance(r, RunResult) for r in results.values()):
+        raise TypeError("gather_table takes a non-empty dict {label: RunResult}")
+    rows = []
+    for label, r in results.items():
+        g = gathered(r)
+        rows.append((str(label), g["dtype"], str(g["elements"]), str(g["bytes"]),
+                     f"{g['bytes'] / g['elements']:g}", str(2 * g["elements"])))
+    cols = ("run", "gathered in", "elements/step", "bytes/step", "bytes/element", "bytes if bf16")
     return Table(cols, tuple(rows))
 
 

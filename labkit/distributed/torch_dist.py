@@ -83,8 +83,8 @@ def _check_deepspeed(config: RunConfig, device: str) -> None:
                          "pip install 'labkit[deepspeed]' (or use parallel='dp' / 'fsdp')")
     if device == "cpu" and config.precision == "fp16" and not _cpu_has_fp16():
         raise ValueError("DeepSpeed refuses fp16 on this CPU ('Type fp16 is not supported on your device': its CPU "
-                         "accelerator needs oneDNN fp16 kernels, AVX512-FP16 / AMX-FP16). Run bf16 or fp32 here, "
-                         "fp16 on a GPU; deepspeed_config.simulate_loss_scale replays the fp16 scaler")
+                         "accelerator needs oneDNN fp16 support, on x86 AVX512-FP16 or AVX-NE-CONVERT). Run bf16 or "
+                         "fp32 here, fp16 on a GPU; deepspeed_config.simulate_loss_scale replays the fp16 scaler")
 
 
 def _cpu_has_fp16() -> bool:
@@ -232,6 +232,79 @@ def skip_table(result: RunResult) -> str:
                           for r in range(len(skipped)))
         lines.append(f"{i:>4}{scale:>10}  {cells}")
     return "\n".join(lines)
+
+
+def stock_bf16_hook_allowed() -> bool:
+    """DDP's own rule (``torch/nn/parallel/distributed.py``, ``_check_comm_hook``) for a hook
+    *named* ``bf16_compress_hook``: this torch build has CUDA (or ROCm) and NCCL >= 2.10, or an
+    XPU with XCCL. It looks at the build, not at the process group the hook would run on."""
+    import torch
+    import torch.distributed as dist
+
+    def _safe(test) -> bool:
+        try:
+            return bool(test())
+        except Exception:  # a build without the piece asked about
+            return False
+
+    cuda = torch.version.cuda is not None or torch.version.hip is not None
+    nccl = _safe(lambda: dist.is_available() and dist.is_nccl_available() and torch.cuda.nccl.version() >= (2, 10))
+    xpu = _safe(lambda: dist.is_available() and dist.is_xccl_available() and torch.xpu.is_available())
+    return (cuda and nccl) or xpu
+
+
+def ddp_bf16_hooks() -> dict:
+    """Register PyTorch's stock ``bf16_compress_hook`` on a real DDP model, then labkit's gloo copy.
+
+    In this process, on a one-rank gloo group (a FileStore in a temporary folder, torn down
+    afterwards; an existing one-rank default group is used as it is, a larger one refused:
+    DDP would wait for the other ranks). Returns ``{"build": torch version,
+    CUDA and NCCL of this build, "stock": "accepted" | "refused: TypeError: <DDP's message>",
+    "labkit": the same for `labkit.distributed.torch_worker.bf16_compress_hook_gloo`}``.
+    On a CPU-only build DDP refuses the stock hook by its name, before any bucket is reduced;
+    labkit's copy (the same function under another name) is accepted everywhere.
+    """
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from labkit.distributed.torch_worker import bf16_compress_hook_gloo
+
+    def register(hook) -> str:
+        model = DDP(torch.nn.Linear(2, 2))
+        try:
+            model.register_comm_hook(None, hook)
+        except (TypeError, RuntimeError, ValueError) as exc:
+            return f"refused: {type(exc).__name__}: {exc}"
+        return "accepted"
+
+    def nccl() -> str:
+        try:
+            return ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available() else "none"
+        except Exception:
+            return "none"
+
+    out = {"build": f"torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}, NCCL {nccl()}"}
+    own = not dist.is_initialized()
+    if not own and dist.get_world_size() != 1:
+        raise ValueError("ddp_bf16_hooks registers the hooks on a one-rank group; this process already belongs to "
+                         f"a default process group of {dist.get_world_size()} ranks (call it before "
+                         "init_process_group, or in a process of its own)")
+    with tempfile.TemporaryDirectory(prefix="labkit_ddp_hook_") as tmp:
+        if own:
+            store = dist.FileStore(os.path.join(tmp, "store"), 1)
+            dist.init_process_group("gloo", store=store, rank=0, world_size=1,
+                                    timeout=datetime.timedelta(seconds=60))
+        try:
+            out["stock"] = register(default_hooks.bf16_compress_hook)
+            out["labkit"] = register(bf16_compress_hook_gloo)
+        finally:
+            if own:
+                dist.destroy_process_group()
+    return out
 
 
 def compare(config: RunConfig, reduce_dtypes=("fp32", "bf16")) -> dict[str, RunResult]:

@@ -14,7 +14,10 @@ parallel   what each rank holds and what moves
            weights; autocast casts them for the matmuls). After backward, gradients are summed
            in buckets with one all-reduce per bucket, in the gradients' dtype (fp32), or in
            bf16/fp16 with a communication hook (``bf16_compress_hook``/``fp16_compress_hook``)
-           that casts each bucket down, all-reduces it and casts the result back.
+           that casts each bucket down, divides it by the world size (in the 16-bit dtype),
+           all-reduces the sum and copies it back into the fp32 bucket (``default_hooks.py``,
+           ``_compress_hook``: ``buffer.to(dtype).div_(world_size)``). On a CPU the bf16 hook
+           runs as `bf16_compress_hook_gloo` (DDP refuses the stock one by name there).
 ``fsdp``   FSDP2 ``fully_shard`` with ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``: each
            rank keeps 1/N of every fp32 weight (a ``DTensor`` shard, dim 0). Before a layer
            runs its shards are all-gathered *in param_dtype* (bf16: half the bytes) and the
@@ -286,11 +289,14 @@ class DistStepper:
 
 
 def bf16_compress_hook_gloo(state, bucket):
-    """PyTorch's own ``bf16_compress_hook``, under another name.
+    """PyTorch's own ``bf16_compress_hook``, under another name: it calls it, so it does what
+    it does -- cast the bucket to bf16, divide it by the world size in bf16, all-reduce the sum,
+    copy the result back into the fp32 bucket.
 
     DDP refuses a hook *named* ``bf16_compress_hook`` unless torch was built with CUDA and
-    NCCL >= 2.10 -- a check on the build, not on the process group. gloo all-reduces bf16
-    on CPUs, so on a CPU-only torch the same hook runs under this name.
+    NCCL >= 2.10 (or XPU and XCCL) -- a check on the build, not on the process group
+    (``torch/nn/parallel/distributed.py``, ``_check_comm_hook``; `torch_dist.ddp_bf16_hooks`
+    shows it). gloo all-reduces bf16 on CPUs, so on a CPU the same hook runs under this name.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 

@@ -12,7 +12,22 @@ The algorithm, for a format with E exponent bits, M mantissa bits and bias B:
         q = 2^(k - M)                            the spacing of values near |x|
         y = rint(|x| / q) * q                    exact in float64; rint is ties-to-even
         y > max  -> inf (fp16, bf16, fp8_e5m2, ...) or NaN (fp8_e4m3: no inf)
+                    saturating: +-max instead (an infinite input too; NaN stays NaN)
         else pack y's sign, exponent and mantissa fields
+
+Two overflow modes, the "saturating" and "non-saturating" conversions of the OCP FP8
+specification:
+
+* **non-saturating** (``saturate=False``, the default): what ``ml_dtypes``' ``astype`` and
+  numpy do -- an overflow becomes inf, or NaN in fp8_e4m3, which has no inf;
+* **saturating** (``saturate=True``): an overflow, and an infinite input, become the largest
+  finite value of that sign. FP8 training recipes convert this way on purpose, so that one
+  value above the scale's range cannot turn a tensor into NaNs: torchao's
+  ``to_fp8_saturated`` clamps to +-``finfo.max`` before the cast
+  (``torchao/float8/float8_utils.py``). PyTorch's own eager ``.to(torch.float8_e4m3fn)``
+  saturates since torch 2.12 (pytorch/pytorch pull request 178817,
+  ``torch/headeronly/util/Float8_e4m3fn.h``: "Finite overflow or inf -> saturate to max
+  finite value"); its cast to float8_e5m2 still gives inf.
 
 Conversions follow ml_dtypes' ``astype`` bit for bit, including two details worth
 knowing: ml_dtypes 0.6 converts float64 to bf16 and fp8 *through float32* (so two
@@ -150,8 +165,13 @@ def _nan_patterns(fmt, src: np.ndarray) -> np.ndarray:
 
 
 # -- the two conversions ---------------------------------------------------------------
-def encode(fmt, x):
-    """Value(s) -> bit pattern(s) of `fmt`, rounding to nearest, ties to even."""
+def encode(fmt, x, saturate: bool = False):
+    """Value(s) -> bit pattern(s) of `fmt`, rounding to nearest, ties to even.
+
+    `saturate`: False -- an overflow becomes inf (NaN where the format has no inf), as
+    ml_dtypes' ``astype`` does; True -- it becomes +-max, as FP8 recipes convert.
+    """
+    check_saturate(saturate)
     src, x64, scalar = _values(x)
     if fmt.via_float32:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -181,7 +201,12 @@ def encode(fmt, x):
 
     exp_ones = np.uint64(((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits)
     big = (overflow & finite) | np.isinf(a)
-    mag = np.where(big, exp_ones if fmt.has_inf else np.uint64(canonical_nan(fmt)), mag)
+    if saturate:
+        top = np.uint64((((1 << fmt.exponent_bits) - 1) << fmt.mantissa_bits) - 1 if fmt.has_inf
+                        else canonical_nan(fmt) - 1)  # the pattern of max
+        mag = np.where(big, top, mag)
+    else:
+        mag = np.where(big, exp_ones if fmt.has_inf else np.uint64(canonical_nan(fmt)), mag)
     nan = np.isnan(x64)
     if nan.any():
         mag = np.where(nan, _nan_patterns(fmt, np.where(nan, src, 0).astype(src.dtype)), mag)
@@ -189,6 +214,13 @@ def encode(fmt, x):
     sign = np.signbit(x64).astype(np.uint64) << np.uint64(fmt.bits - 1)
     out = (sign | mag).astype(fmt.uint_dtype)
     return _out(out, scalar, int)
+
+
+def check_saturate(saturate) -> bool:
+    if not isinstance(saturate, (bool, np.bool_)):
+        raise TypeError("saturate must be True (an overflow becomes +-max) or False (it becomes inf, or NaN "
+                        f"without inf, as ml_dtypes converts); got {type(saturate).__name__} {shown(saturate)}")
+    return bool(saturate)
 
 
 def decode(fmt, bits):

@@ -112,17 +112,28 @@ class FloatFormat:
         return _bits.canonical_nan(self)
 
     # -- conversions (see labkit.formats.bits for the algorithms) ----------------------
-    def encode(self, x):
-        """Round float(s) to this format (nearest, ties to even) and return the bit patterns."""
-        return _bits.encode(self, x)
+    def encode(self, x, saturate: bool = False):
+        """Round float(s) to this format (nearest, ties to even) and return the bit patterns.
+
+        ``saturate=False`` (the default) overflows as ``ml_dtypes``' ``astype`` does: to inf,
+        or to NaN where the format has no inf (fp8_e4m3). ``saturate=True`` gives +-max
+        instead, for an infinite input too: the saturating conversion of FP8 recipes
+        (see `labkit.formats.bits`).
+        """
+        return _bits.encode(self, x, saturate)
 
     def decode(self, bits):
         """Bit pattern(s) -> float64 value(s)."""
         return _bits.decode(self, bits)
 
-    def round(self, x):
-        """The value(s) after a round trip through this format, as float64."""
-        return _bits.decode(self, _bits.encode(self, x))
+    def round(self, x, saturate: bool = False):
+        """The value(s) after a round trip through this format, as float64.
+
+        >>> e4m3 = get("fp8_e4m3")
+        >>> e4m3.round(500.0), e4m3.round(500.0, saturate=True)
+        (nan, 448.0)
+        """
+        return _bits.decode(self, _bits.encode(self, x, saturate))
 
     def fields(self, x):
         """(sign, biased exponent, mantissa) of the encoded value(s), as integers."""

@@ -10,8 +10,10 @@ Two halves, kept apart so each can be tested on its own:
   reason, and how to ask each framework for it.
 
 The rule: TPU -> bf16; NVIDIA Ampere or newer (compute capability >= 8.0) -> bf16; Volta
-and Turing (V100, T4) -> fp16 with loss scaling; older GPUs -> fp32; a CPU with AVX512-BF16,
-AMX or Arm BF16 -> bf16; any other CPU -> fp32. Instruction-set caps in the environment
+and Turing (V100, T4), and GP100 (P100: fp16 at twice fp32's rate) -> fp16 with loss scaling;
+other older GPUs (consumer Pascal runs fp16 at 1/64) -> fp32; a CPU with AVX512-BF16, AMX or
+Arm BF16 -> bf16; any other CPU -> fp32. Then per framework (`Advice.by_framework`): one that
+would only emulate the format here trains in fp32 -- JAX on every CPU. Instruction-set caps in the environment
 (``ONEDNN_MAX_CPU_ISA=AVX2`` and the other `ISA_KNOBS`) count: a capped CPU is advised as
 the machine it then behaves like.
 
@@ -37,6 +39,7 @@ from labkit.hardware.report import (
     FRAMEWORKS, ISA_KNOBS, ISA_LEVELS, KNOWN_GPUS, CPUInfo, FrameworkInfo, GPUInfo, HardwareReport, TPUInfo,
     isa_cap_level, parse_capability,
 )
+from labkit.hardware.runtime import subnormal_behaviour, tf32_defaults
 from labkit.hardware.text import format_report
 
 __all__ = [
@@ -72,5 +75,7 @@ __all__ = [
     "parse_sysctl",
     "seed_004_comparison",
     "seed_004_select_precision",
+    "subnormal_behaviour",
+    "tf32_defaults",
     "tpu_from_environment",
 ]

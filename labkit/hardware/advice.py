@@ -6,6 +6,7 @@ about a T4 on a laptop without a GPU (see `example_report`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import textwrap
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from labkit.hardware.report import BF16_FLAGS, FP16_FLAGS, CPUInfo, GPUInfo, Har
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 _RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
+ADVISED_FRAMEWORKS = ("torch", "jax", "tensorflow")
 
 
 def wrap(text: str, indent: str = "", width: int = 80) -> list[str]:
@@ -27,9 +29,13 @@ def wrap(text: str, indent: str = "", width: int = 80) -> list[str]:
 class Advice:
     """Which precision to train in here, why, and how to ask each framework for it.
 
-    ``precision`` is ``"bf16"``, ``"fp16"`` or ``"fp32"``; ``loss_scaling`` says whether
-    gradients must be scaled (fp16 only); ``target`` is the device the advice is for;
-    ``frameworks`` maps ``"torch"``, ``"jax"``, ``"tensorflow"`` to how to apply it.
+    ``precision`` is ``"bf16"``, ``"fp16"`` or ``"fp32"``: what the device's units take;
+    ``loss_scaling`` says whether gradients must be scaled (fp16 only); ``target`` is the
+    device the advice is for; ``by_framework`` maps ``"torch"``, ``"jax"``, ``"tensorflow"``
+    to the precision to train in with that framework, which is ``precision`` unless the
+    framework cannot use the units here (JAX on a CPU: XLA:CPU runs bf16 dots as fp32 dots
+    between conversions, so bf16 is slower than fp32 there); ``frameworks`` maps the same
+    names to how to ask for it.
     """
 
     precision: str
@@ -38,6 +44,7 @@ class Advice:
     target: str
     frameworks: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    by_framework: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -56,17 +63,41 @@ class Advice:
                 isinstance(n, str) for n in self.notes):
             raise TypeError(f"Advice.notes must be a tuple of str, not {_validate.shown(self.notes)}")
         object.__setattr__(self, "notes", tuple(self.notes))
+        if not isinstance(self.by_framework, Mapping) or not all(
+                isinstance(k, str) and v in PRECISIONS for k, v in self.by_framework.items()):
+            raise TypeError(f"Advice.by_framework must map framework names to one of {', '.join(PRECISIONS)}, "
+                            f"not {_validate.shown(self.by_framework)}")
+        object.__setattr__(self, "by_framework", {name: self.by_framework.get(name, self.precision)
+                                                  for name in (*ADVISED_FRAMEWORKS, *self.by_framework)})
+
+    def for_framework(self, name: str) -> str:
+        """The headline for one framework: ``advice.for_framework("jax")`` -> ``"fp32"``."""
+        key = {"tf": "tensorflow"}.get(name, name) if isinstance(name, str) else None
+        if key not in self.by_framework:
+            raise ValueError(f"unknown framework {_validate.shown(name)}; choose from torch, jax, tensorflow (or tf)")
+        return _headline(self.by_framework[key])
 
     @property
     def headline(self) -> str:
-        """``"bf16"``, ``"fp16 + loss scaling"`` or ``"fp32"``."""
-        return self.precision + (" + loss scaling" if self.loss_scaling else "")
+        """``"bf16"``, ``"fp16 + loss scaling"`` or ``"fp32"`` where every framework trains the
+        same way; else per framework, e.g. ``"bf16 (torch, tensorflow), fp32 (jax)"``."""
+        groups: dict[str, list[str]] = {}
+        for name, precision in self.by_framework.items():
+            groups.setdefault(precision, []).append(name)
+        if len(groups) == 1:
+            return _headline(self.precision) if self.precision in groups else _headline(next(iter(groups)))
+        order = sorted(groups, key=lambda p: -_RANK[p])
+        return ", ".join(f"{_headline(p)} ({', '.join(groups[p])})" for p in order)
 
     def __str__(self) -> str:
         lines = [f"{self.headline}  (for {self.target})", *wrap(self.reason, "  ")]
         lines += [line for name, how in self.frameworks.items() for line in wrap(f"{name}: {how}", "  ")]
         lines += [line for note in self.notes for line in wrap("note: " + note, "  ")]
         return "\n".join(lines)
+
+
+def _headline(precision: str) -> str:
+    return precision + (" + loss scaling" if precision == "fp16" else "")
 
 
 _HOW = {  # (precision, where) -> framework -> how to ask for it
@@ -106,10 +137,15 @@ def advise(report: HardwareReport) -> Advice:
     * NVIDIA compute capability >= 8.0 (Ampere, Ada, Hopper, Blackwell) -> bf16, no loss
       scaling: bf16 Tensor Cores, and bf16 has fp32's exponent range.
     * 7.x (Volta V100, Turing T4) -> fp16 with loss scaling: fp16 Tensor Cores only.
-    * Below 7.0 (Pascal P100 and older) -> fp32: no Tensor Cores to gain from.
+    * 6.0 (GP100: Tesla P100), and the Jetsons 5.3 and 6.2 -> fp16 with loss scaling: no
+      Tensor Cores, but fp16 arithmetic at twice fp32's rate (`GPUInfo.fp16_rate`).
+    * Other GPUs below 7.0 (consumer Pascal 6.1 -- GTX 10xx, P4, P40 -- where fp16 runs at
+      1/64 of fp32's rate; Maxwell, Kepler) -> fp32.
     * CPU with AVX512-BF16, AMX-BF16 or Arm BF16 -> bf16; any other CPU -> fp32.
 
     TPUs come before GPUs, GPUs before the CPU; with unlike GPUs the least capable decides.
+    Then, per framework (`Advice.by_framework`): a framework that would only emulate the
+    16-bit format here (`native_precision`) is advised fp32 -- JAX on every CPU.
     """
     if not isinstance(report, HardwareReport):
         raise TypeError("advise() takes a HardwareReport (from detect() or example_report()), "
@@ -121,10 +157,10 @@ def advise(report: HardwareReport) -> Advice:
                   "loss scaling. fp16 is not a TPU format. JAX's default matmul precision already "
                   "rounds float32 inputs to bf16 on TPU.")
         target = tpu.kind + (f" x{tpu.count}" if tpu.count else "")
-        return Advice("bf16", False, reason, target, _HOW["bf16", "tpu"], tuple(notes))
+        return _per_framework(Advice("bf16", False, reason, target, _HOW["bf16", "tpu"], tuple(notes)), report)
     gpus = [g for g in report.gpus if g.vendor in ("nvidia", "amd")]
     if gpus:
-        return _advise_gpu(gpus, notes)
+        return _per_framework(_advise_gpu(gpus, notes), report)
     if report.gpus:  # Apple or another vendor
         notes.append('torch.autocast("mps", dtype=torch.float16) runs on Apple GPUs for experiments; '
                      "fp16 there needs loss scaling as anywhere else.")
@@ -132,13 +168,32 @@ def advise(report: HardwareReport) -> Advice:
                   "around, and mixed precision support on it is young: train in fp32 and use the "
                   "course to study the formats.")
         return Advice("fp32", False, reason, report.gpus[0].name, _HOW["fp32", "any"], tuple(notes))
-    return _advise_cpu(report.cpu, notes)
+    return _per_framework(_advise_cpu(report.cpu, notes), report)
+
+
+def _per_framework(advice: Advice, report: HardwareReport) -> Advice:
+    """`advice` with `Advice.by_framework` filled in: fp32 for a framework that would only
+    emulate the advised 16-bit format on this hardware (`native_precision`)."""
+    if advice.precision == "fp32":
+        return advice
+    by, how, notes = {}, dict(advice.frameworks), list(advice.notes)
+    for name in ADVISED_FRAMEWORKS:
+        native = native_precision(name, advice.precision, report)
+        by[name] = advice.precision if native.native else "fp32"
+        if not native.native:
+            how[name] = _HOW["fp32", "any"][name]
+            notes.insert(0, f"{name}: fp32, not {advice.precision}: {native.why}, so {advice.precision} "
+                            "is slower than fp32 there (notebooks 06 and 07 measure it).")
+    return dataclasses.replace(advice, frameworks=how, notes=tuple(notes), by_framework=by)
 
 
 def gpu_precision(gpu: GPUInfo) -> str:
-    """``"bf16"`` with bf16 Tensor Cores, else ``"fp16"`` with fp16 ones, else ``"fp32"``."""
+    """``"bf16"`` with bf16 Tensor Cores, else ``"fp16"`` with fp16 ones or with fp16
+    arithmetic at twice fp32's rate (GP100), else ``"fp32"``."""
     dtypes = gpu.tensor_core_dtypes
-    return "bf16" if "bf16" in dtypes else "fp16" if "fp16" in dtypes else "fp32"
+    if "bf16" in dtypes:
+        return "bf16"
+    return "fp16" if "fp16" in dtypes or (gpu.fp16_rate or 0) > 1 else "fp32"
 
 
 def describe_gpu(gpu: GPUInfo) -> str:
@@ -155,9 +210,10 @@ def _advise_gpu(gpus: list[GPUInfo], notes: list[str]) -> Advice:
         notes.append("The compute capability is unknown, so fp32 is the safe choice; install torch "
                      "and run `labkit doctor` again to read it.")
     if "tf32" in g.tensor_core_dtypes:
-        notes.append("TF32: float32 matmuls can run on Tensor Cores with a 10-bit mantissa. TensorFlow "
-                     "and JAX do so by default; PyTorch after "
-                     'torch.set_float32_matmul_precision("high").')
+        notes.append("TF32: float32 matmuls and convolutions can run on Tensor Cores with a 10-bit mantissa. "
+                     "TensorFlow and JAX do so by default (JAX's default matmul precision is TF32 on Ampere "
+                     "and newer); PyTorch does for convolutions (torch.backends.cudnn.allow_tf32 is True) "
+                     'but not for matmuls until torch.set_float32_matmul_precision("high").')
     if "fp8" in g.tensor_core_dtypes:
         notes.append("This GPU also has fp8 Tensor Cores (e4m3/e5m2), used through NVIDIA Transformer "
                      "Engine rather than autocast.")
@@ -172,11 +228,23 @@ def _advise_gpu(gpus: list[GPUInfo], notes: list[str]) -> Advice:
         reason = (f"This GPU ({arch}) has bf16 {units}, and bf16 keeps fp32's 8-bit exponent: "
                   "gradients that fit in fp32 fit in bf16, so no loss scaling.")
         return Advice("bf16", False, reason, target, _HOW["bf16", "gpu"], tuple(notes))
-    if precision == "fp16":
+    if precision == "fp16" and "fp16" in g.tensor_core_dtypes:
         reason = (f"This GPU ({arch}) has fp16 {units} but none for bf16 (bf16 runs, emulated and "
-                  "slowly). fp16's 5-bit exponent rounds gradients below 2^-24 (about 6e-8) to "
-                  "zero: scale the loss.")
+                  "slowly). fp16's 5-bit exponent flushes gradients at or below 2^-25 (about 3e-8, "
+                  "half its smallest subnormal) to zero: scale the loss.")
         return Advice("fp16", True, reason, target, _HOW["fp16", "gpu"], tuple(notes))
+    if precision == "fp16":  # GP100 (P100) and the Jetsons: no Tensor Cores, fp16 at 2x fp32
+        reason = (f"This GPU ({arch}) has no {units}, but unlike consumer Pascal its CUDA cores run "
+                  "fp16 at twice the fp32 rate (packed half2), and fp16 halves memory traffic. The "
+                  "gain is smaller than with Tensor Cores and depends on the kernels: compare with "
+                  "fp32 (notebook 07). fp16 needs loss scaling; bf16 is emulated.")
+        return Advice("fp16", True, reason, target, _HOW["fp16", "gpu"], tuple(notes))
+    if g.fp16_rate is not None and g.fp16_rate < 1:
+        reason = (f"This GPU ({arch}, consumer Pascal) has no {units}, and its fp16 arithmetic runs "
+                  "at 1/64 of the fp32 rate (only GP100, the Tesla P100, runs it at 2x): 16-bit "
+                  "compute brings no speed. fp16 storage could still halve activation memory, at "
+                  "the price of loss scaling.")
+        return Advice("fp32", False, reason, target, _HOW["fp32", "any"], tuple(notes))
     reason = (f"This GPU ({arch}) has no {units}, so autocast brings little speed. fp16 "
               "storage could still halve activation memory, at the price of loss scaling.")
     return Advice("fp32", False, reason, target, _HOW["fp32", "any"], tuple(notes))
@@ -223,7 +291,8 @@ def native_precision(framework: str, precision: str, report: HardwareReport | No
     `report`'s)? fp32 and tf32 always do. False means emulated: converted to fp32 around
     fp32 arithmetic, or a slow generic kernel -- correct numbers, no speed-up, often much slower.
 
-    * TPU: bf16 yes, fp16 no. NVIDIA GPU: fp16 from compute capability 7.0, bf16 from 8.0.
+    * TPU: bf16 yes, fp16 no. NVIDIA GPU: fp16 from compute capability 7.0 (Tensor Cores) and
+      on GP100 (6.0: P100, fp16 at twice fp32's rate), bf16 from 8.0.
     * CPU: PyTorch and TensorFlow use the CPU's bf16 (AVX512-BF16, AMX) and fp16 (AVX512-FP16,
       AMX-FP16) instructions through oneDNN, where the instruction-set caps allow; XLA:CPU (JAX)
       converts every 16-bit dot to an fp32 dot, so never.
@@ -254,6 +323,8 @@ def native_precision(framework: str, precision: str, report: HardwareReport | No
         g = min(gpus, key=lambda x: _RANK[gpu_precision(x)])
         ok = fmt in g.tensor_core_dtypes
         units = "Tensor Cores" if g.vendor == "nvidia" else "matrix cores"
+        if not ok and fmt == "fp16" and (g.fp16_rate or 0) > 1:
+            return Native(True, f"{describe_gpu(g)} runs fp16 at twice its fp32 rate (no Tensor Cores)")
         return Native(ok, f"{describe_gpu(g)} {'has' if ok else 'has no'} {fmt} {units}")
     cpu = report.cpu
     if framework == "jax":

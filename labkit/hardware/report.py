@@ -30,7 +30,7 @@ KNOWN_GPUS = {
     "B200": (10, 0), "H200": (9, 0), "H100": (9, 0), "L40S": (8, 9), "L40": (8, 9),
     "L4": (8, 9), "RTX 4090": (8, 9), "A100": (8, 0), "A10G": (8, 6), "A10": (8, 6),
     "RTX 3090": (8, 6), "T4": (7, 5), "RTX 2080 Ti": (7, 5), "V100": (7, 0),
-    "P100": (6, 0), "P4": (6, 1), "K80": (3, 7),
+    "P100": (6, 0), "P40": (6, 1), "P4": (6, 1), "GTX 1080": (6, 1), "K80": (3, 7),
 }
 """NVIDIA models and their compute capability (from NVIDIA's CUDA GPUs list), used for
 examples and when a tool reports a GPU's name but not its capability."""
@@ -81,6 +81,13 @@ def isa_cap_level(caps: Mapping[str, str]) -> str | None:
     known = [lv for lv in levels if lv is not None]
     return min(known, key=ISA_LEVELS.index) if known else None
 
+
+# NVIDIA GPUs without Tensor Cores whose CUDA cores still run fp16 (packed half2) at twice
+# the fp32 rate: Jetson TX1 (5.3), GP100 -- Tesla P100, Quadro GP100 -- (6.0), Jetson TX2 (6.2).
+# Consumer Pascal (6.1: GTX 10xx, Titan Xp, Tesla P4 and P40) runs fp16 at 1/64 of fp32's rate.
+# (CUDA C++ Programming Guide, "Arithmetic Instructions": 16-bit floating-point add, multiply,
+# multiply-add per clock per SM: 256, 128, 2, 256 against 32-bit's 128, 64, 128, 128.)
+FAST_FP16_CAPABILITIES = ((5, 3), (6, 0), (6, 2))
 
 # AMD gfx architectures with bf16 matrix instructions: MI100, MI200, MI300/MI350, RDNA3/4.
 _AMD_BF16_ARCHS = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
@@ -238,6 +245,19 @@ class GPUInfo:
         if self.vendor == "amd" and self.arch and self.arch.startswith(_AMD_BF16_ARCHS):
             return ("fp16", "bf16")
         return ()
+
+    @property
+    def fp16_rate(self) -> float | None:
+        """fp16 arithmetic throughput on the CUDA cores relative to fp32's, for NVIDIA GPUs
+        without Tensor Cores: 2.0 on GP100 (P100, 6.0) and the Jetsons (5.3, 6.2), 1/64 on
+        consumer Pascal (6.1: GTX 10xx, P4, P40), None otherwise (no fp16 arithmetic, an
+        unknown capability, or Tensor Cores, where `tensor_core_dtypes` says more)."""
+        cc = self.capability
+        if self.vendor != "nvidia" or cc is None or cc >= (7, 0):
+            return None
+        if cc in FAST_FP16_CAPABILITIES:
+            return 2.0
+        return 1 / 64 if cc[0] == 6 else None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from labkit.scaling.deepspeed import DeepSpeedFP16OptimizerScaler, DeepSpeedLoss
 from labkit.scaling.fp8 import current_scaling, delayed_scaling, fp8_recipe, fp8_table
 from labkit.scaling.gradients import GradientRecord, record_gradients
 from labkit.scaling.jax_scalers import JmpLossScale, OptaxApplyIfFinite
-from labkit.scaling.keras_lso import KerasLossScale, TFKerasLossScale
+from labkit.scaling.keras_lso import KerasLossScale, TFKerasLossScale, keras_scale_to_zero
 from labkit.scaling.registry import LIBRARY_PRESETS, PRESETS, Preset, get_preset, preset_table
 from labkit.scaling.seed004 import DIFFERENCES as SEED004_DIFFERENCES
 from labkit.scaling.seed004 import DynamicLossScaler as Seed004DynamicLossScaler
@@ -60,6 +60,7 @@ __all__ = [
     "GradientRecord",
     "JmpLossScale",
     "KerasLossScale",
+    "keras_scale_to_zero",
     "LIBRARY_PRESETS",
     "NoOpLossScale",
     "OptaxApplyIfFinite",

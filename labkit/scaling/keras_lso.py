@@ -167,3 +167,54 @@ def fast_tf_keras(flags, opts):
             c += 1
         track(c)
     return scales, None, {"counter": counters}, None, s
+
+
+MAX_ZERO_STEPS = 2000  # from float32's max, 2**128 -> 2**-150 is 278 halvings: far fewer than this
+
+
+def keras_scale_to_zero(initial_scale=2.0**15) -> dict:
+    """Drive the **real** Keras 3 ``LossScaleOptimizer`` (SGD inside, lr 0.1) into its missing floor.
+
+    One float32 weight of 1.0. Every step's gradient is inf (an fp16 overflow, injected), until
+    the optimizer's ``dynamic_scale`` is 0.0: each step is skipped and the scale halved, in
+    float32. With subnormals, 2**15 would take 165 halvings to reach 0 (2**-149 is float32's
+    smallest subnormal, and half of it rounds to 0); TensorFlow flushes subnormals to zero around
+    every kernel (``port::ScopedFlushDenormal`` in
+    ``tensorflow/core/common_runtime/eager/kernel_and_device.cc``), so the real scale goes from
+    2**-126, the smallest normal, straight to 0: 142 halvings from 2**15. Then one clean step, done as a training step does it: the loss ``w**2``
+    scaled by ``scale_loss`` (times 0.0), its gradient from ``tf.GradientTape`` (0.0: finite, so
+    the step is applied), unscaled by Keras as ``grad / dynamic_scale`` = 0 / 0 = NaN.
+    (keras-team/keras ``keras/src/optimizers/loss_scale_optimizer.py``:
+    ``_stateful_handle_non_finite_grads`` halves with no floor; ``_stateful_handle_finite_grads``
+    divides by the scale.) `initial_scale`: a power of two that float32 holds. Keras and
+    TensorFlow are imported here; the Keras backend must be TensorFlow.
+
+    Returns ``{"scales": float32 scales before each overflowing step and after the last one,
+    "halvings": overflowing steps until 0.0, "gradient": the clean step's scaled gradient,
+    "weight_before", "weight_after": the weight around the clean step}``.
+    """
+    initial_scale = num.check_scale("initial_scale", initial_scale, float32=True)
+    if math.frexp(initial_scale)[0] != 0.5:
+        raise ValueError(f"initial_scale must be a power of two (the halvings are then exact), e.g. 2**15; "
+                         f"got {initial_scale!r}")
+    import numpy as np
+
+    from labkit.train.tf_models import import_tensorflow  # quietly; Keras 3 on the TensorFlow backend
+
+    tf, keras = import_tensorflow()
+
+    w = keras.Variable(np.ones(1, np.float32), name="w")
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=0.1), initial_scale=initial_scale)
+    opt.build([w])
+    overflow = [tf.constant(np.full(1, np.inf, np.float32))]
+    scales = [float(opt.dynamic_scale.numpy())]
+    while scales[-1] != 0.0 and len(scales) <= MAX_ZERO_STEPS:
+        opt.apply(overflow, [w])
+        scales.append(float(opt.dynamic_scale.numpy()))
+    before = float(w.numpy()[0])
+    with tf.GradientTape() as tape:
+        scaled = opt.scale_loss(tf.reduce_sum(tf.square(w.value)))
+    grad = tape.gradient(scaled, w.value)
+    opt.apply([grad], [w])
+    return {"scales": np.array(scales, np.float64), "halvings": len(scales) - 1, "gradient": float(grad.numpy()[0]),
+            "weight_before": before, "weight_after": float(w.numpy()[0])}

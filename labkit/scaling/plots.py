@@ -216,7 +216,7 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
         lo = min(x.min(), *(math.log2(f.smallest_subnormal) for f in fmts if f.exponent_bits < 8)) - 2
         hi = max(x.max(), *(math.log2(f.max) for f in fmts if f.exponent_bits < 8)) + 2
         xlim = (math.floor(lo), math.ceil(hi))
-    fig = _new_figure((9, 3.2 + 0.45 * len(fmts)))
+    fig = _new_figure((10.5, 3.2 + 0.45 * len(fmts)))
     top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 0.45 * len(fmts) + 0.3])
     edges = np.linspace(*xlim, bins + 1)
     data = [np.log2(np.abs(g[g != 0])) + log2_s for g in groups.values()]
@@ -233,7 +233,8 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
         top.axvline(math.log2(v), color="k", lw=0.8, ls="--")
         top.text(math.log2(v), 0.97, f"{first.name} {name} ", rotation=90, ha="right", va="top", fontsize=7,
                  transform=top.get_xaxis_transform(), bbox=dict(fc="white", alpha=0.7, lw=0, pad=0.5))
-    top.legend(fontsize=8, loc="center left")
+    # outside the axes, right: inside, it would hide a format's edge label or the histogram for some S
+    top.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     top.grid(alpha=0.3)
     for row, f in enumerate(fmts):
         y = len(fmts) - 1 - row
@@ -246,8 +247,9 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
                 bottom.broken_barh([(a, b - a)], (y - 0.4, 0.8), color=ZONE_COLORS[zone])
         fr = fractions(pooled, f, s)
         text = f"lost {100 * fr.lost:.1f}%  sub {100 * fr.subnormal:.1f}%  over {100 * fr.overflow:.1f}%"
-        bottom.text(xlim[1] - 0.3, y, text, ha="right", va="center", fontsize=7.5, color="white",
-                    bbox=dict(fc="black", alpha=0.55, lw=0, pad=1.5))
+        # in the margin to the right of the strip, never on its red overflow zone
+        bottom.text(1.01, y, text, ha="left", va="center", fontsize=7.5,
+                    transform=bottom.get_yaxis_transform())
     bottom.set_yticks(range(len(fmts)), [f.name for f in reversed(fmts)], fontsize=8)
     bottom.set_xlim(*xlim)
     bottom.set_xlabel("log2 |value|   (grey: rounds to 0, orange: subnormal, green: normal, red: overflows)")
@@ -257,8 +259,9 @@ def plot_gradient_histogram(values, scale: float = 1.0, formats=DEFAULT_FORMATS,
 def plot_fp8(traces: dict, *, title: str | None = None):
     """Per step: the scale used (log2), and the % of elements saturated and flushed to zero.
 
-    ``traces``: {label: Fp8Trace}. The dotted line on the scale panel is the ideal,
-    just-in-time scale ``fp8_max / amax`` of each label's own tensor.
+    ``traces``: {label: Fp8Trace}. The black dotted line on the scale panel is the ideal,
+    just-in-time scale ``fp8_max / amax`` of each distinct tensor (drawn once, on top: current
+    scaling, which uses exactly that scale, lies under it).
     """
     if not isinstance(traces, dict):
         raise TypeError(f"traces must be a dict {{label: Fp8Trace}}; got {type(traces).__name__}")
@@ -270,15 +273,20 @@ def plot_fp8(traces: dict, *, title: str | None = None):
                             f"{label!r} is {type(t).__name__}")
     fig = _new_figure((9, 5.6))
     ax_scale, ax_sat, ax_und = fig.subplots(3, 1, sharex=True)
+    ideals = []  # one dotted line per distinct tensor: traces of the same tensor share it
     for label, t in traces.items():
         steps = np.arange(len(t.scales))
         line, = ax_scale.step(steps, _log2(t.scales), where="mid", lw=1.3, label=label)
-        ideal = lf.get(t.format).max / np.where(t.amax > 0, t.amax, np.nan)
-        ax_scale.plot(steps, _log2(ideal), ":", color=line.get_color(), lw=0.9)
+        ideal = _log2(lf.get(t.format).max / np.where(t.amax > 0, t.amax, np.nan))
+        if not any(len(i) == len(ideal) and np.array_equal(i, ideal, equal_nan=True) for i in ideals):
+            ideals.append(ideal)
         ax_sat.plot(steps, 100 * t.saturated, lw=1.2, color=line.get_color(), label=label)
         ax_und.plot(steps, 100 * t.underflow, lw=1.2, color=line.get_color(), label=label)
+    for k, ideal in enumerate(ideals):  # black and on top: it coincides with current scaling's line
+        ax_scale.step(np.arange(len(ideal)), ideal, ":", where="mid", color="k", lw=1.6, zorder=5,
+                      label="fp8_max / this step's amax" if k == 0 else None)
     ax_scale.set_ylabel("log2(scale)")
-    ax_scale.set_title(title or "Per-tensor FP8 scaling (dotted: fp8_max / this step's amax)", fontsize=10)
+    ax_scale.set_title(title or "Per-tensor FP8 scaling (black dotted: fp8_max / this step's amax)", fontsize=10)
     ax_scale.legend(fontsize=8, ncol=2)
     ax_sat.set_ylabel("% saturated")
     ax_und.set_ylabel("% flushed to 0")

@@ -7,7 +7,8 @@
   traced operation computes (from ``jax.make_jaxpr``).
 * `scaled_gradients`: gradients through fp16 with a *real* jmp loss scale, unscaled, and
   whether they are finite; `gradient_error` compares them with float32 gradients.
-* `jmp_and_flax_scales`: jmp's and Flax's own dynamic loss scales on one overflow pattern.
+* `jmp_and_flax_scales`: jmp's and Flax's own dynamic loss scales on one overflow pattern;
+  `jmp_and_flax_limits`: where each stops (floor, ceiling); `jmp_under_jit`: jmp's traps under jit.
 * `moved_fraction`: how much of a parameter tree an update really changed (the stalled
   updates of pure bf16).
 * `hlo_summary`: the dots and converts in XLA's *compiled* HLO -- what really runs.
@@ -24,13 +25,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import jmp
 import numpy as np
+
+from labkit._validate import integer, number
 
 
 # -- seed 000, as written (comments corrected) ----------------------------------------------
@@ -206,6 +209,68 @@ def jmp_and_flax_scales(overflows, init_scale: float = 2.0**15, period: int = 20
     return rows
 
 
+def jmp_and_flax_limits(steps: int = 200) -> dict[str, dict[str, float]]:
+    """Where the two real scalers stop, at the bottom and at the top (`jmp_and_flax_scales`,
+    ``period=1``): `steps` overflows in a row from a scale of 4, and a few finite steps from
+    2**127, the largest float32 power of two.
+
+    * floor -- jmp's ``max(min_loss_scale, scale / factor)`` stops at ``min_loss_scale = 1``;
+      Flax's ``maximum(scale * backoff_factor, minimum_scale)`` at its default
+      ``minimum_scale = jnp.finfo(jnp.float32).tiny`` (1.18e-38)
+      (flax/training/dynamic_scale.py: the ``minimum_scale`` field and ``inf_scale``);
+    * ceiling -- jmp refuses a growth that is not finite (``first_finite``) and stays at 2**127;
+      Flax grows to ``jnp.minimum(scale * growth_factor, jnp.finfo(jnp.float32).max)``:
+      3.4028235e38, which is not a power of two.
+
+    Returns ``{"floor": {"jmp": .., "flax": ..}, "ceiling": {"jmp": .., "flax": ..}}``.
+    """
+    steps = integer("steps (overflows in a row: 130 reach float32's tiny from 4)", steps, minimum=130, maximum=10_000)
+    down = jmp_and_flax_scales([True] * steps, init_scale=4.0, period=1)[-1]
+    up = jmp_and_flax_scales([False] * 4, init_scale=2.0**127, period=1)[-1]
+    return {"floor": {"jmp": down["jmp"], "flax": down["flax"]},
+            "ceiling": {"jmp": up["jmp"], "flax": up["flax"]}}
+
+
+class JmpJitTrap(NamedTuple):
+    """What `jmp_under_jit` found: the scale after one overflow at the floor, eagerly and under
+    ``jax.jit``; the ``min_loss_scale`` the jitted function saw; and the error that
+    ``jax.jit(f).lower(scale)`` raises (``None`` if it lowers)."""
+
+    eager_scale: float
+    jit_scale: float
+    jit_min_loss_scale: float
+    lower_error: str | None
+
+
+def jmp_under_jit(min_loss_scale: float = 256.0) -> JmpJitTrap:
+    """Two traps of the real ``jmp.DynamicLossScale`` (jmp 0.0.4) passed to ``jax.jit`` as an argument.
+
+    1. ``tree_flatten`` keeps ``(loss_scale, counter)`` as data and ``(period, factor)`` as
+       metadata, and ``tree_unflatten`` rebuilds it from those alone: inside the jitted function
+       ``min_loss_scale`` is the default 1, so a scale sitting at a custom floor halves below it.
+    2. ``__post_init__`` calls ``warn_if_not_floating``, i.e. ``jax.eval_shape`` on each field;
+       ``jax.jit(f).lower(...)`` unflattens its argument pytrees with placeholders that are not
+       arrays (``jax._src.stages.ArgInfo`` in jax 0.10), so lowering fails with a TypeError.
+       (labkit's jax runner passes the scale as plain arrays and builds the jmp object inside.)
+    """
+    floor = number("min_loss_scale (above 1, the default it falls back to)", min_loss_scale, minimum=1.0,
+                   maximum=2.0**126, inclusive=False)
+    scale = jmp.DynamicLossScale(jnp.float32(floor), min_loss_scale=jnp.float32(floor))
+
+    def overflow(ls):
+        return ls.adjust(jnp.asarray(False))
+
+    eager = overflow(scale)
+    jitted = jax.jit(overflow)(scale)
+    try:
+        jax.jit(overflow).lower(scale)
+        error = None
+    except TypeError as exc:
+        first = re.sub(r" at \S+:\d+", "", str(exc).splitlines()[0])  # no install path in the message
+        error = f"{type(exc).__name__}: {first}"
+    return JmpJitTrap(float(eager.loss_scale), float(jitted.loss_scale), float(jitted.min_loss_scale), error)
+
+
 # -- pure bf16 -------------------------------------------------------------------------------
 def moved_fraction(before, after) -> float:
     """The fraction of parameter entries that an update changed at all (0.0 .. 1.0)."""
@@ -274,6 +339,6 @@ def hlo_summary(hlo_text: str) -> HloSummary:
     return HloSummary(dots, converts)
 
 
-__all__ = ["GradientError", "HloSummary", "SimpleDense", "dtype_tree", "gradient_error", "hlo_summary",
-           "jmp_and_flax_scales", "jmp_trajectory", "moved_fraction", "ops_by_dtype", "predict",
-           "scaled_gradients"]
+__all__ = ["GradientError", "HloSummary", "JmpJitTrap", "SimpleDense", "dtype_tree", "gradient_error", "hlo_summary",
+           "jmp_and_flax_limits", "jmp_and_flax_scales", "jmp_trajectory", "jmp_under_jit", "moved_fraction",
+           "ops_by_dtype", "predict", "scaled_gradients"]

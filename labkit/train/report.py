@@ -64,7 +64,8 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
 
     `smooth` > 1 draws a moving average over that many steps. Steps whose update was
     skipped (fp16 overflows) are marked with an x. The loss axis is logarithmic when the
-    curves span more than a factor of 10.
+    curves span more than a factor of 10. The default title names the framework, model, batch
+    size and learning rate (two plots of the same model at different rates must not look alike).
     """
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
@@ -95,7 +96,8 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
         ax.yaxis.set_minor_formatter(NullFormatter())
     cfg = results[0].config
     ax.set(xlabel="step", ylabel="training loss" + (f" ({smooth}-step mean)" if smooth > 1 else ""),
-           title=title or f"{cfg.framework} {cfg.model}, batch {cfg.batch_size}")
+           title=title or f"{cfg.framework} {cfg.model}, batch {cfg.batch_size}, "
+                          f"lr {'/'.join(sorted({f'{r.config.lr:g}' for r in results}))}")
     ax.legend(frameon=False, fontsize=8)
     ax.grid(alpha=0.3)
     times = [1e3 * r.median_step_time() for r in results]

@@ -159,8 +159,9 @@ class SelfAttention(layers.Layer):
     """Multi-head softmax self-attention with one fused ``qkv`` Dense and an ``out`` Dense.
 
     ``softmax(q k^T / sqrt(d_head)) v`` per head. The products run in the layer's compute
-    dtype; the softmax itself runs in float32 and is cast back, as PyTorch's autocast does
-    (a float16 softmax loses the small probabilities, see notebook 05).
+    dtype; the softmax itself runs in float32 and is cast back, as CUDA autocast does (not
+    CPU autocast, which runs softmax in bfloat16; labkit's PyTorch and JAX models force float32
+    too): a 16-bit softmax loses the small probabilities, see notebook 05.
     """
 
     def __init__(self, d_model: int, heads: int, **kwargs):

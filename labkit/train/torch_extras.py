@@ -6,6 +6,8 @@
   away; autocast with fp32 master weights keeps them;
 * `SafeLayerNorm` (seed 004's idea, corrected) next to `SeedSafeLayerNorm` (the seed's
   code) and `compare_layer_norms`, which shows where a LayerNorm really breaks in fp16;
+  `unbiased_variance_error` gives the size of the seed's ``x.var()`` mistake per width
+  (about 1/(2n)), and `missing_bias_error` the size of its bigger one, the missing bias;
 
 >>> import torch
 >>> autocast_dtypes("cpu", torch.bfloat16)["linear"]
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from labkit._validate import integer, number
 import torch.nn.functional as F
 from torch import nn
 
@@ -32,6 +36,7 @@ _OPS = {
     "exp": lambda a, w, y: a.exp(),
     "pow": lambda a, w, y: a.pow(2),
     "sum": lambda a, w, y: a.sum(),
+    "mean": lambda a, w, y: a.mean(),
     "softmax": lambda a, w, y: F.softmax(a, dim=-1),
     "log_softmax": lambda a, w, y: F.log_softmax(a, dim=-1),
     "layer_norm": lambda a, w, y: F.layer_norm(a, a.shape[-1:]),
@@ -202,3 +207,80 @@ def compare_layer_norms(dtype: torch.dtype = torch.float16, scale: float = 300.0
             "seed's SafeLayerNorm": SeedSafeLayerNorm(width)(x),
         }
     return {k: float((v.double() - ref).abs().max()) for k, v in outs.items()}
+
+
+def unbiased_variance_error(widths=(16, 64, 256, 1024, 4096), *, rows: int = 64, seed: int = 0) -> dict[int, dict]:
+    """How far the seed's ``x.var()`` (unbiased, divides by n - 1) puts its LayerNorm off, per width n.
+
+    The seed normalises by sqrt(var_unbiased) = sqrt(var * n / (n - 1)), so every output is
+    too small by the factor sqrt((n - 1) / n): a relative error of 1 - sqrt(1 - 1/n), about
+    1/(2n) -- 0.78% at n = 64, 0.012% at n = 4096 (``eps`` aside). Its *absolute* error is that
+    times |x_norm|, whose largest value in a row of n grows like sqrt(2 ln n) (about 3 at n = 64).
+
+    Measured on ``rows`` rows of standard normal float32 activations (seeded) against a float64
+    LayerNorm with the biased variance, as ``nn.LayerNorm``. Returns ``{n: {"measured",
+    "predicted", "approx", "max_abs"}}``: the largest relative shortfall over the rows (each
+    row's least-squares ratio of seed to reference), ``1 - sqrt((n - 1) / n)``, ``1 / (2 n)``
+    and the largest absolute error.
+
+    >>> e = unbiased_variance_error((64,), rows=4)[64]
+    >>> round(e["predicted"], 5), round(e["approx"], 5), abs(e["measured"] / e["predicted"] - 1) < 0.01
+    (0.00784, 0.00781, True)
+    """
+    if isinstance(widths, (int, np.integer)) and not isinstance(widths, bool):
+        widths = (widths,)
+    if not isinstance(widths, (list, tuple)) or not widths:
+        raise TypeError(f"widths must be a list of widths (integers >= 2); got {type(widths).__name__} {widths!r:.60}")
+    widths = [integer("widths", n, minimum=2, maximum=2**16) for n in widths]
+    rows = integer("rows", rows, minimum=1, maximum=4096)
+    seed = integer("seed", seed, minimum=0, maximum=2**63 - 1)
+    out = {}
+    gen = torch.Generator().manual_seed(seed)
+    for n in widths:
+        x = torch.randn(rows, n, generator=gen, dtype=torch.float32)
+        x64 = x.double()
+        ref = (x64 - x64.mean(-1, keepdim=True)) / torch.sqrt(x64.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        with torch.no_grad():
+            got = SeedSafeLayerNorm(n)(x).double()
+        ratio = (got * ref).sum(-1) / (ref * ref).sum(-1)
+        out[n] = {"measured": float((1 - ratio).abs().max()), "predicted": 1 - math.sqrt((n - 1) / n),
+                  "approx": 1 / (2 * n), "max_abs": float((got - ref).abs().max())}
+    return out
+
+
+def missing_bias_error(bias: float = 0.1, width: int = 64, *, rows: int = 64, seed: int = 0) -> dict[str, object]:
+    """What the seed's missing bias costs: a LayerNorm whose learned bias is `bias` (every
+    element), loaded into the seed's class, which has nowhere to put it.
+
+    ``load_state_dict`` refuses (Unexpected key(s) in state_dict: "bias"); with
+    ``strict=False`` it drops the bias, and every output is off by the bias itself, at every
+    width (on top of the variance mistake, which shrinks like 1/(2n)). Returns
+    ``{"strict_error": the RuntimeError's text, "max_abs": largest |error| with strict=False,
+    "variance_max_abs": the part of it the unbiased variance causes (the error once the bias is
+    added back)}``.
+
+    >>> r = missing_bias_error(0.1, 64, rows=4)
+    >>> 'Unexpected key(s) in state_dict: "bias"' in r["strict_error"], r["max_abs"] >= 0.1 > r["variance_max_abs"]
+    (True, True)
+    """
+    bias = number("bias", bias, minimum=-1e6, maximum=1e6)
+    width = integer("width", width, minimum=2, maximum=2**16)
+    rows = integer("rows", rows, minimum=1, maximum=4096)
+    seed = integer("seed", seed, minimum=0, maximum=2**63 - 1)
+    x = torch.randn(rows, width, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+    trained = nn.LayerNorm(width)
+    with torch.no_grad():
+        trained.bias.fill_(bias)
+    seed_norm = SeedSafeLayerNorm(width)
+    try:
+        seed_norm.load_state_dict(trained.state_dict())
+        strict_error = ""
+    except RuntimeError as err:
+        strict_error = str(err).strip()
+    seed_norm.load_state_dict(trained.state_dict(), strict=False)
+    with torch.no_grad():
+        ref = trained(x).double()
+        got = seed_norm(x).double()
+        no_bias = ref - bias
+    return {"strict_error": strict_error, "max_abs": float((got - ref).abs().max()),
+            "variance_max_abs": float((got - no_bias).abs().max())}

@@ -16,7 +16,10 @@ Only standard layers are used (``nn.Linear``, ``nn.LayerNorm``, ``nn.Embedding``
 ``nn.GELU``), so autocast treats them exactly as it treats any PyTorch model. Attention
 is written out (``q @ k^T``, ``softmax``, ``@ v``) rather than calling
 ``scaled_dot_product_attention``, so that every op autocast sees is visible here and a
-forward hook can name the layer where a value first overflows.
+forward hook can name the layer where a value first overflows. The softmax runs in float32
+and is cast back, in every precision: CUDA autocast does that by itself (softmax is on its
+float32 list), CPU autocast does not (it runs softmax in bfloat16), and the JAX and Keras
+models force it, so the three frameworks train the same model on any device.
 
 >>> from labkit.train import models
 >>> net = build("mlp", models.init_params("mlp", seed=0, width=32))
@@ -66,7 +69,10 @@ class Attention(nn.Module):
         q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2)
                    for z in self.qkv(x).chunk(3, dim=-1))
         scores = q @ k.transpose(-1, -2) / math.sqrt(d // self.heads)
-        att = torch.softmax(scores, dim=-1) @ v
+        # float32 softmax, cast back: what CUDA autocast does by itself (softmax is on its
+        # float32 list) and CPU autocast does not; JAX and Keras models do the same, so the
+        # three frameworks compare like for like
+        att = torch.softmax(scores.float(), dim=-1).to(v.dtype) @ v
         return self.out(att.transpose(1, 2).reshape(b, t, d))
 
 

@@ -37,3 +37,23 @@ def test_distributed_run_wants_a_run_config(config):
 
     with pytest.raises(TypeError, match="config must be a RunConfig"):
         distributed.run(config)
+
+
+def test_gathered_reads_torch_profiler_rows_and_jax_program_rows():
+    torch_run = by_hand(2, "fsdp", extra={"collectives": [
+        {"op": "allgather_base", "dtype": "bf16", "elements": 100, "bytes": 200},
+        {"op": "reduce_scatter_base", "dtype": "fp32", "elements": 100, "bytes": 400},
+        {"op": "allgather_base", "dtype": "bf16", "elements": 10, "bytes": 20}]})
+    jax_run = by_hand(8, "fsdp", framework="jax", extra={"collectives_requested": [
+        {"op": "all-gather", "dtype": "f32", "shape": [64, 32], "bytes": 8192},
+        {"op": "reduce-scatter", "dtype": "bf16", "shape": [64, 32], "bytes": 4096},
+        {"op": "all-gather", "dtype": "f32", "shape": [32], "bytes": 128}]})
+    assert report.gathered(torch_run) == {"dtype": "bf16", "elements": 110, "bytes": 220}
+    assert report.gathered(jax_run) == {"dtype": "fp32", "elements": 2080, "bytes": 8320}
+    t = report.gather_table({"torch": torch_run, "jax": jax_run})
+    assert t.column("gathered in") == ["bf16", "fp32"]
+    assert t.column("bytes/element") == ["2", "4"] and t.column("bytes if bf16") == ["220", "4160"]
+    with pytest.raises(ValueError, match="no all-gather"):
+        report.gathered(by_hand(2, "dp"))
+    with pytest.raises(TypeError, match="non-empty dict"):
+        report.gather_table({})

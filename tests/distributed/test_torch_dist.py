@@ -90,6 +90,30 @@ def test_fsdp2_default_reduces_in_param_dtype_and_reshards_the_root_after_evalua
         assert p["dtype"] == "fp32" and sum(s[0] for s in p["local_shape"]) == p["shape"][0], p
 
 
+def test_fsdp2_gathers_the_parameters_in_param_dtype(fsdp_fp32_reduce):
+    """FSDP2 casts each fp32 shard to param_dtype *before* the all-gather (``_fsdp_param.py``,
+    ``all_gather_inputs``): it gathers bf16, 2 bytes per element."""
+    from labkit.distributed import report
+
+    g = report.gathered(fsdp_fp32_reduce)
+    assert g["dtype"] == "bf16" and g["bytes"] == 2 * g["elements"]
+    n = 64 * 32 + 32 + 32 * 32 + 32 + 32 * 10 + 10
+    assert g["elements"] % n == 0  # whole layers, each gathered for forward (and again for backward)
+
+
+def test_ddp_refuses_the_stock_bf16_hook_exactly_where_its_rule_says_and_takes_labkits_copy():
+    import torch.distributed as dist
+
+    seen = torch_dist.ddp_bf16_hooks()
+    assert seen["labkit"] == "accepted"
+    if torch_dist.stock_bf16_hook_allowed():
+        assert seen["stock"] == "accepted"
+    else:
+        assert seen["stock"].startswith("refused: TypeError: BF16 all reduce communication hook required")
+    assert seen["build"].startswith("torch ")
+    assert not dist.is_initialized()  # its one-rank group is torn down
+
+
 # -- fp16: one rank overflows, every rank skips ---------------------------------------------------
 def test_overflow_on_one_rank_skips_the_step_on_every_rank(fp16_overflow_on_one_rank):
     res = fp16_overflow_on_one_rank

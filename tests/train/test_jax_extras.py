@@ -14,8 +14,8 @@ import jax.numpy as jnp  # noqa: E402
 
 from labkit import scaling  # noqa: E402
 from labkit.train.jax_extras import (  # noqa: E402
-    GradientError, HloSummary, SimpleDense, dtype_tree, gradient_error, hlo_summary, jmp_and_flax_scales,
-    jmp_trajectory, moved_fraction, ops_by_dtype, predict, scaled_gradients)
+    GradientError, HloSummary, SimpleDense, dtype_tree, gradient_error, hlo_summary, jmp_and_flax_limits,
+    jmp_and_flax_scales, jmp_trajectory, jmp_under_jit, moved_fraction, ops_by_dtype, predict, scaled_gradients)
 
 X = jnp.asarray(np.random.default_rng(0).uniform(0, 1, (32, 64)), jnp.float32)
 
@@ -125,6 +125,25 @@ def test_jmp_and_flax_halve_alike_but_flax_grows_one_finite_step_later():
     assert [r["flax"] for r in rows] == [8, 8, 8, 16, 16, 16, 8, 8, 8, 16]
     with pytest.raises(ValueError, match="period"):
         jmp_and_flax_scales([False], period=0)
+
+
+def test_jmp_stops_at_1_and_below_inf_while_flax_stops_at_float32_tiny_and_max():
+    limits = jmp_and_flax_limits()
+    f32 = np.finfo(np.float32)
+    assert limits["floor"] == {"jmp": 1.0, "flax": float(f32.tiny)}
+    assert limits["ceiling"] == {"jmp": 2.0**127, "flax": float(f32.max)}
+    with pytest.raises(ValueError, match="steps"):
+        jmp_and_flax_limits(10)
+
+
+def test_jmp_under_jit_drops_a_custom_floor_and_cannot_be_lowered_as_an_argument():
+    trap = jmp_under_jit(256.0)
+    assert trap.eager_scale == 256.0  # eagerly the floor holds
+    assert trap.jit_scale == 128.0 and trap.jit_min_loss_scale == 1.0  # under jit it is the default 1
+    assert trap.lower_error.startswith("TypeError:") and "ArgInfo" in trap.lower_error
+    assert "/" not in trap.lower_error  # no install path
+    with pytest.raises(ValueError, match="min_loss_scale"):
+        jmp_under_jit(1.0)
 
 
 def test_gradient_error_counts_underflow_nonfinite_and_relative_error():

@@ -21,4 +21,7 @@ def test_modelled_activation_bytes_match_torch_saved_tensors(precision, model, w
 
 def test_autocast_halves_the_big_activations_but_not_all():
     sizes = {p: memory.activation_bytes("transformer", 64, p) for p in ("fp32", "bf16")}
-    assert 0.5 < sizes["bf16"] / sizes["fp32"] < 0.6
+    # the attention probabilities stay fp32 (the forced fp32 softmax) and gain a bf16 copy: 6 bytes, not 4
+    assert 0.7 < sizes["bf16"] / sizes["fp32"] < 0.8
+    mlp = {p: memory.activation_bytes("mlp", 64, p) for p in ("fp32", "bf16")}
+    assert 0.5 < mlp["bf16"] / mlp["fp32"] < 0.55

@@ -110,3 +110,45 @@ def test_matmul_ms_times_each_dtype_with_tf32_off_and_restores_it():
     assert tf.config.experimental.tensor_float_32_execution_enabled() == before
     with pytest.raises(ValueError, match="n must be an integer from 1 to"):
         E.matmul_ms(n=0)
+
+
+def test_keras_cross_entropy_is_right_from_the_layer_and_clipped_from_probabilities_alone():
+    got = E.cross_entropies([12.0, 0.0, -8.0, 3.0], 2)
+    assert got["exact (float64)"] == pytest.approx(20.0, rel=1e-4)
+    for policy in ("mixed_float16", "float32"):
+        assert got[f"{policy}, the layer's output"] == pytest.approx(20.0, rel=1e-3)  # from _keras_logits
+        alone = got[f"{policy}, the probabilities alone"]  # clipped to [1e-7, 1 - 1e-7]: finite, wrong
+        assert np.isfinite(alone) and alone == pytest.approx(-np.log(keras.config.epsilon()), rel=0.02)
+    with pytest.raises(ValueError, match="label must be an integer from 0 to 3"):
+        E.cross_entropies([1.0, 2.0, 3.0, 4.0], 4)
+    with pytest.raises(ValueError, match="one row"):
+        E.cross_entropies([1.0], 0)
+
+
+def test_casting_float16_gradients_to_float32_does_not_undo_underflow_and_loss_scaling_does():
+    got = E.gradient_underflow(loss_weight=1e-6, micro_batches=2, batch_size=8, width=32)
+    seed, scaled, bf16 = (got["mixed_float16, cast to float32"], got["mixed_float16, loss scaled by 32768"],
+                          got["mixed_bfloat16"])
+    assert got["float32"].rel_error == 0.0 and set(got["float32"].underflow.values()) == {0.0}
+    assert seed.dtype == scaled.dtype == bf16.dtype == "float32"  # float32 gradients in every case
+    assert min(seed.underflow["dense1/kernel"], seed.underflow["dense2/kernel"]) > 0.5 and seed.rel_error > 0.5
+    assert seed.underflow["out/kernel"] == 0.0  # the float32 output layer's own gradient does not flush
+    # an exact 0 left is a rounding cancellation (a sum of products rounding to 0), not an underflow
+    assert max(scaled.underflow.values()) < 0.01 and scaled.rel_error < 1e-2
+    assert max(bf16.underflow.values()) < 0.01 and bf16.rel_error < 0.1
+    table = E.format_gradient_underflow(got)
+    assert table.splitlines()[0].split()[:2] == ["gradients", "dtype"] and len(table.splitlines()) == 6
+    with pytest.raises(ValueError, match="loss_weight must be a finite number > 0"):
+        E.gradient_underflow(loss_weight=0.0)
+    with pytest.raises(TypeError, match="format_gradient_underflow takes"):
+        E.format_gradient_underflow([1])
+
+
+def test_jit_settings_match_keras_auto_rule_and_leave_set_jit_as_it_was():
+    import tensorflow as tf
+
+    before = tf.config.optimizer.get_jit()
+    got = E.jit_settings()
+    assert got["set_jit(True)"] == "autoclustering" and tf.config.optimizer.get_jit() == before == got["restored"]
+    assert got["compile() default"] is got["expected"]
+    assert got["expected"] == (got["accelerator"] and not got["strategy"] and not got["determinism"])

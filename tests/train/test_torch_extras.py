@@ -14,8 +14,10 @@ from labkit.train.torch_extras import (
     SeedSafeLayerNorm,
     autocast_dtypes,
     compare_layer_norms,
+    missing_bias_error,
     naive_layer_norm,
     stalled_updates,
+    unbiased_variance_error,
 )
 
 
@@ -28,7 +30,7 @@ def test_autocast_lowers_matmuls_and_keeps_losses_in_fp32_on_the_cpu(dtype, name
         assert got[loss] == ("float32", "float32")
     # on the CPU, softmax and layer_norm are on neither list: they follow their input
     # (on CUDA they are on the fp32 list and would give float32 here)
-    for op in ("softmax", "log_softmax", "layer_norm", "sum", "exp", "relu"):
+    for op in ("softmax", "log_softmax", "layer_norm", "sum", "mean", "exp", "relu"):
         assert got[op] == ("float32", name)
 
 
@@ -99,6 +101,32 @@ def test_a_hand_written_fp16_layer_norm_overflows_where_torchs_does_not():
     assert errors["SafeLayerNorm"] == errors["nn.LayerNorm, in float16"]
     assert 0.01 < errors["seed's SafeLayerNorm"] < 0.05  # the unbiased-variance bug, not rounding
     assert compare_layer_norms(torch.float32)["seed's SafeLayerNorm"] > 0.01  # even in fp32
+
+
+def test_the_unbiased_variance_costs_about_one_over_2n_relative_at_every_width():
+    errors = unbiased_variance_error((16, 64, 4096))
+    for n, e in errors.items():
+        assert e["predicted"] == 1 - math.sqrt((n - 1) / n)
+        assert abs(e["measured"] / e["predicted"] - 1) < 0.01  # float32 rounding and eps aside
+        assert abs(e["approx"] / e["predicted"] - 1) < 1 / n  # 1/(2n) is the first-order term
+    assert round(errors[64]["measured"], 4) == 0.0078 and errors[4096]["measured"] < 1.3e-4
+    # the ~2% once quoted is an absolute error on normalised values of size ~3, not a relative one
+    assert 0.015 < errors[64]["max_abs"] < 0.035
+
+
+def test_the_missing_bias_is_an_error_of_the_bias_itself_at_every_width():
+    for width in (64, 4096):
+        r = missing_bias_error(0.1, width)
+        assert 'Unexpected key(s) in state_dict: "bias"' in r["strict_error"]
+        assert r["max_abs"] >= 0.1 > 0.05 > r["variance_max_abs"]
+
+
+@pytest.mark.parametrize("call", [lambda: unbiased_variance_error([1]), lambda: unbiased_variance_error("64"),
+                                  lambda: unbiased_variance_error([]), lambda: unbiased_variance_error(rows=0),
+                                  lambda: missing_bias_error(math.inf), lambda: missing_bias_error(width=1.5)])
+def test_the_layer_norm_error_functions_refuse_bad_arguments(call):
+    with pytest.raises((ValueError, TypeError)):
+        call()
 
 
 def test_naive_layer_norm_is_right_in_fp32():

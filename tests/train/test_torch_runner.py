@@ -1,8 +1,8 @@
 """The PyTorch runner: real torch on the CPU, no mocks.
 
 Small models and few steps: every test here trains for real, so each one stays at a
-fraction of a second on two shared cores (the fp16 ones are slower: a CPU has no fp16
-arithmetic, so torch converts).
+fraction of a second on two shared cores (the fp16 ones are slower on a CPU without
+AVX512-FP16 or AMX-FP16: torch then converts).
 """
 
 import json
@@ -45,6 +45,36 @@ def test_fp32_forward_at_init_matches_the_float64_reference(model):
     with torch.no_grad():
         got = build(model, params)(inputs(model, x)).double().numpy()
     np.testing.assert_allclose(got, M.reference_logits(model, params, x), rtol=0, atol=1e-5)
+
+
+class _SoftmaxDtypes(torch.overrides.TorchFunctionMode):
+    """Records the dtype of every softmax's input and output (a real torch function mode)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax):
+            self.seen.append((args[0].dtype, out.dtype))
+        return out
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-pure"])
+def test_the_transformers_softmax_runs_in_fp32_and_is_cast_back(precision):
+    # CPU autocast would run softmax in bf16 (CUDA's keeps it in fp32): the model forces fp32,
+    # as the JAX and Keras transformers do, so the three frameworks train the same model
+    params = M.init_params("transformer", seed=0, width=16)
+    net = build("transformer", params)
+    x = inputs("transformer", D.load("digits", seed=0).x_test[:4])
+    with torch.no_grad(), _SoftmaxDtypes() as mode:
+        if precision == "bf16":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                net(x)
+        else:
+            net.to(torch.bfloat16)(x)
+    assert mode.seen and all(seen == (torch.float32, torch.float32) for seen in mode.seen)
 
 
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
