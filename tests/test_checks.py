@@ -90,3 +90,10 @@ def test_bad_input_names_what_is_allowed(call, error, words):
 
 def test_docstring_examples_run():
     assert doctest.testmod(checks).failed == 0
+
+
+def test_the_sanitize_file_masks_repr_addresses_but_compares_bit_patterns():
+    assert sanitize("<Foo object at 0x7f3a2b1c9d10>") == sanitize("<Foo object at 0x55d0c0ffee00>")
+    assert sanitize("<function f at 0x7f3a2b1c9d10>") == "<function f at 0xADDRESS>"
+    # an fp32 bit pattern is an answer, not an address: 0x33800000 (2^-24) must not pass for 0x33000000
+    assert sanitize("fp32 bits 0x33800000") != sanitize("fp32 bits 0x33000000")
