@@ -35,7 +35,7 @@ test: install  ## install everything: unit tests, nbval over every notebook, and
 	   $(BIN)/python $(NBVAL) $(NBVAL_LANE2); nbval=$$?; \
 	   echo "== lane 2: portable-truth check exit $$check; nbval (heavy notebooks) exit $$nbval"; \
 	   test $$check = 0 && test $$nbval = 0 ) > $(LANE2_LOG) 2>&1 & lane2=$$!; \
-	$(BIN)/python -m pytest tests; unit=$$?; \
+	$(BIN)/python -m pytest tests labkit; unit=$$?; \
 	$(BIN)/python $(NBVAL) $(NBVAL_LANE1); nbval=$$?; \
 	wait $$lane2; lane2=$$?; \
 	echo "== lane 2, run beside: the portable-truth check (scripts/portable_check.py), then nbval on the heavy notebooks:"; \
@@ -51,8 +51,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e ".[$(EXTRAS)]"
 	touch $@
 
-unit: install  ## unit tests only
-	$(BIN)/python -m pytest tests
+unit: install  ## unit tests and labkit's >>> examples
+	$(BIN)/python -m pytest tests labkit
 
 nbval: install  ## notebooks only
 	$(BIN)/python $(NBVAL) notebooks

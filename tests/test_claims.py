@@ -1,7 +1,6 @@
 """labkit.claims: the seeds' claims as data, verdicts from records built by hand (every branch)
 and from real tiny runs."""
 
-import doctest
 import re
 
 import pytest
@@ -265,10 +264,6 @@ def test_run_records_carry_accuracy_from_real_training_runs():
     assert v.value == pytest.approx(results[0].metric["value"] - results[1].metric["value"])
     with pytest.raises(TypeError, match="run_records takes labkit.train.RunResult objects, got dict"):
         claims.run_records(records)
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(claims).failed == 0
 
 
 # -- what the step times say on this machine ---------------------------------------------------

@@ -1,6 +1,5 @@
 """labkit.evidence: the stored-measurements format, read from made-up fixtures and written for real."""
 
-import doctest
 import json
 import shutil
 from pathlib import Path
@@ -111,7 +110,3 @@ def test_bad_arguments_are_named_in_the_message(call, message):
 def test_one_name_is_not_split_into_letters():
     table = evidence.reference_table(models="mlp", precisions="bf16")
     assert {row[2] for row in table.rows} <= {"mlp"} and {row[3] for row in table.rows} <= {"bf16"}
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(evidence).failed == 0

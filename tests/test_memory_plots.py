@@ -1,7 +1,6 @@
 """labkit.memory_plots: the modelled breakdown against real PyTorch runs, the reading of each
 runner's memory dict, the table and the figures."""
 
-import doctest
 
 import pytest
 
@@ -186,10 +185,6 @@ def test_batch_figure_wants_one_framework_and_matching_batches(records):
         batch_figure(records + other)
     with pytest.raises(ValueError, match="fp32 records and 16-bit records at the same batch sizes"):
         batch_figure(records[:1])
-
-
-def test_docstring_examples_run():
-    assert doctest.testmod(memory_plots).failed == 0
 
 
 @pytest.mark.parametrize("call, error, words", [

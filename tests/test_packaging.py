@@ -120,3 +120,17 @@ def test_make_test_runs_every_notebook_once_and_the_portable_check():
     assert sorted(run) == sorted(f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert len(run) == len(set(run)) and len(nbval_lines) == 2
     assert "scripts/portable_check.py" in plan and "pytest tests" in plan
+
+
+def test_doctest_collection_leaves_out_only_modules_whose_framework_is_missing(monkeypatch):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("repo_conftest", ROOT / "conftest.py")
+    repo_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repo_conftest)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    ignore = lambda rel: repo_conftest.pytest_ignore_collect(ROOT / rel, None)  # noqa: E731
+    assert ignore("labkit/train/torch_runner.py") is True
+    assert ignore("labkit/formats/spec.py") is None and ignore("labkit/train/jax_runner.py") is None
+    assert ignore("tests/train/test_torch_runner.py") is None  # tests skip themselves

@@ -297,6 +297,7 @@ def native_precision(framework: str, precision: str, report: HardwareReport | No
       AMX-FP16) instructions through oneDNN, where the instruction-set caps allow; XLA:CPU (JAX)
       converts every 16-bit dot to an fp32 dot, so never.
 
+    >>> from labkit.hardware import example_report
     >>> native_precision("torch", "bf16", example_report("cpu")).native
     False
     >>> native_precision("jax", "bf16", example_report("A100"))

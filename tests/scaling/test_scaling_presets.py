@@ -1,8 +1,6 @@
 """Every preset: the fast replay equals the value-based adjust() replay, and the facts in
 the preset table (floor, ceiling, what happens on overflow) hold when replayed."""
 
-import doctest
-import importlib
 import math
 import zlib
 
@@ -168,19 +166,6 @@ def test_closed_loop_scale_settles_under_fmt_max_over_amax():
     assert (t.scales[t.overflows] == 2.0**17).all() and t.overflows.sum() == 36
     high = scaling.simulate_closed_loop("keras", amax, "fp16", init_scale=2.0**20)
     assert high.overflows[:5].tolist() == [True] * 4 + [False] and high.scales[4] == 2.0**16
-
-
-MODULES = ["labkit.scaling", "labkit.scaling.basic", "labkit.scaling.torch_amp", "labkit.scaling.keras_lso",
-           "labkit.scaling.jax_scalers", "labkit.scaling.deepspeed", "labkit.scaling.seed004",
-           "labkit.scaling.registry", "labkit.scaling.trace", "labkit.scaling._numbers",
-           "labkit.scaling.underflow", "labkit.scaling.fp8", "labkit.scaling.playground",
-           "labkit.scaling.gradients"]
-
-
-@pytest.mark.parametrize("module", MODULES)
-def test_docstring_examples_run(module):
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0
 
 
 def test_traces_table_has_a_row_per_trace():

@@ -6,7 +6,6 @@ every write. The framework runs each go in a fresh subprocess, as a learner's ke
 """
 
 import contextlib
-import doctest
 import importlib.util
 import json
 import math
@@ -20,7 +19,6 @@ import textwrap
 import pytest
 
 from labkit.train import RunConfig, RunFailed, RunResult, StepOut, run
-from labkit.train import config as config_module
 from labkit.train.loop import train
 
 
@@ -396,10 +394,6 @@ def test_from_dict_names_what_is_missing():
         RunConfig.from_dict({})
     with pytest.raises(TypeError, match="takes a dict of fields"):
         RunConfig.from_dict(["torch"])
-
-
-def test_config_docstring_examples_run():
-    assert doctest.testmod(config_module).failed == 0
 
 
 def test_the_extra_end_line_of_a_distributed_run_is_all_or_nothing(tmp_path):

@@ -4,7 +4,6 @@ Small models and few steps: every test trains for real. TensorFlow's float16 has
 arithmetic units on an x86 CPU, so the fp16 runs here are a handful of steps of a narrow MLP.
 """
 
-import doctest
 import functools
 import math
 import os
@@ -372,10 +371,3 @@ def test_the_replicated_step_matches_one_device():
     np.testing.assert_allclose(got["n2"], got["n1"], rtol=2e-3)
     assert min(got["n1"]) > 0.5  # clip_norm 0.5 was active: clipping is global, as on one device
     assert "multiple of the 2 replicas" in got["refused"]
-
-
-# -- docstrings ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("module", [TM, tf_runner])
-def test_the_docstring_examples_run(module):
-    result = doctest.testmod(module)
-    assert result.attempted > 0 and result.failed == 0

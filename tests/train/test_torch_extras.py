@@ -142,12 +142,3 @@ def test_a_real_gradscaler_run_matches_the_torch_scaling_preset():
     trace = scaling.simulate("torch", overflows=res.skipped, init_scale=2.0**12)
     assert res.scales == trace.scales.tolist()
     assert [not s for s in res.skipped] == trace.applied.tolist()
-
-
-@pytest.mark.parametrize("module", ["labkit.train.torch_models", "labkit.train.torch_extras"])
-def test_the_docstring_examples_run(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0

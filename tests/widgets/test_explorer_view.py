@@ -1,6 +1,5 @@
 """The explorer's state -> view step: every string the widget shows, computed and checked."""
 
-import doctest
 
 import numpy as np
 import pytest
@@ -200,9 +199,3 @@ def test_view_is_a_value():
     with pytest.raises(AttributeError):
         v.ok = False
     assert v.entry.value == 1.0 and not v.entry.is_pattern
-
-
-def test_the_doc_examples_run():
-    from labkit.widgets import explorer_view as module
-
-    assert doctest.testmod(module).failed == 0

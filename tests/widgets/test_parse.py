@@ -1,6 +1,5 @@
 """What a learner may type into the explorer, and the messages for what it cannot read."""
 
-import doctest
 import math
 
 import pytest
@@ -162,7 +161,3 @@ def test_a_huge_exponent_is_refused_at_once_not_computed():
 def test_parse_number_reads_text_only():
     with pytest.raises(TypeError, match="parse_number\\(\\) reads text, got int"):
         parse_number(5)
-
-
-def test_the_doc_examples_run():
-    assert doctest.testmod(parse).failed == 0

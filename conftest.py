@@ -1,0 +1,38 @@
+"""Collection rules for the whole repository: labkit's own ``>>>`` examples run as tests.
+
+``pytest tests labkit`` (``make unit``, ``make test``) collects every labkit module with
+``--doctest-modules``. A module that imports a framework at its top (``labkit.train.torch_runner``
+imports torch) is left out when that framework is not installed, so the core's examples still
+run on a machine with none of them.
+"""
+
+import ast
+import importlib.util
+from pathlib import Path
+
+FRAMEWORKS = {"torch", "jax", "flax", "optax", "jmp", "tensorflow", "keras", "deepspeed", "tf_keras"}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _missing_framework(path: Path) -> str | None:
+    for name in sorted(_top_level_imports(path) & FRAMEWORKS):
+        if importlib.util.find_spec(name) is None:
+            return name
+    return None
+
+
+def pytest_ignore_collect(collection_path, config):
+    path = Path(collection_path)
+    if path.suffix == ".py" and "labkit" in path.parts and "tests" not in path.parts:
+        return True if _missing_framework(path) else None
+    return None
