@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from labkit import _validate
-from labkit.hardware.report import BF16_FLAGS, FP16_FLAGS, CPUInfo, GPUInfo, HardwareReport
+from labkit.hardware.report import BF16_FLAGS, FP16_FLAGS, CPUInfo, GPUInfo, HardwareReport, framework_name
 
 PRECISIONS = ("bf16", "fp16", "fp32")
 _RANK = {"fp32": 0, "fp16": 1, "bf16": 2}
@@ -72,10 +72,7 @@ class Advice:
 
     def for_framework(self, name: str) -> str:
         """The headline for one framework: ``advice.for_framework("jax")`` -> ``"fp32"``."""
-        key = {"tf": "tensorflow"}.get(name, name) if isinstance(name, str) else None
-        if key not in self.by_framework:
-            raise ValueError(f"unknown framework {_validate.shown(name)}; choose from torch, jax, tensorflow (or tf)")
-        return _headline(self.by_framework[key])
+        return _headline(self.by_framework[framework_name(name)])
 
     @property
     def headline(self) -> str:

@@ -19,18 +19,16 @@ import io
 import numpy as np
 
 from labkit._validate import shown
+from labkit.hardware.report import FRAMEWORKS, framework_name
 
-TF32_FRAMEWORKS = ("torch", "jax", "tensorflow")
+TF32_FRAMEWORKS = FRAMEWORKS
 SUBNORMAL = 1e-39  # as float32 (9.99995e-40): a float32 subnormal, below 2^-126 = 1.18e-38
 
 
-def _frameworks(frameworks, allowed) -> tuple[str, ...]:
+def _frameworks(frameworks) -> tuple[str, ...]:
     if isinstance(frameworks, str) or not hasattr(frameworks, "__iter__"):
-        raise TypeError(f"frameworks must be a list of names from {', '.join(allowed)}, not {shown(frameworks)}")
-    names = tuple({"tf": "tensorflow"}.get(f, f) if isinstance(f, str) else f for f in frameworks)
-    bad = [f for f in names if f not in allowed]
-    if bad:
-        raise ValueError(f"unknown framework {shown(bad[0])}; choose from {', '.join(allowed)} (or 'tf')")
+        raise TypeError(f"frameworks must be a list of names from {', '.join(FRAMEWORKS)}, not {shown(frameworks)}")
+    names = tuple(framework_name(f) for f in frameworks)
     return tuple(f for f in names if importlib.util.find_spec(f) is not None)
 
 
@@ -64,7 +62,7 @@ def tf32_defaults(frameworks=TF32_FRAMEWORKS):
     from labkit.formats.table import Table
 
     rows = []
-    for name in _frameworks(frameworks, TF32_FRAMEWORKS):
+    for name in _frameworks(frameworks):
         if name == "torch":
             torch = _quiet_import("torch")
             mm = torch.backends.cuda.matmul.allow_tf32
@@ -111,7 +109,7 @@ def subnormal_behaviour(frameworks=TF32_FRAMEWORKS):
     """
     from labkit.formats.table import Table
 
-    names = _frameworks(frameworks, TF32_FRAMEWORKS)
+    names = _frameworks(frameworks)
     x = np.float32(SUBNORMAL)
     rows = [("numpy", "float32", float(x * np.float32(2)))]
     for name in names:
