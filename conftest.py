@@ -1,7 +1,7 @@
 """Collection rules for the whole repository: labkit's own ``>>>`` examples run as tests.
 
 ``pytest tests labkit`` (``make unit``, ``make test``) collects every labkit module with
-``--doctest-modules``. A module that imports a framework at its top (``labkit.train.torch_runner``
+``--doctest-modules``. A module that imports a framework at its top (``labkit.train.torch.stepper``
 imports torch) is left out when that framework is not installed, so the core's examples still
 run on a machine with none of them.
 """
@@ -24,8 +24,18 @@ def _top_level_imports(path: Path) -> set[str]:
     return names
 
 
+# a framework room needs its framework in every module, its __init__ included
+ROOMS = {"torch": {"torch"}, "jax": {"jax", "flax", "optax"}, "tf": {"tensorflow", "keras"}}
+
+
+def _needed(path: Path) -> set[str]:
+    parts = path.parts[len(path.parts) - 1 - path.parts[::-1].index("labkit"):]  # from the last "labkit" on
+    room = parts[2] if len(parts) > 3 and parts[1] == "train" else None
+    return (_top_level_imports(path) & FRAMEWORKS) | ROOMS.get(room, set())
+
+
 def _missing_framework(path: Path) -> str | None:
-    for name in sorted(_top_level_imports(path) & FRAMEWORKS):
+    for name in sorted(_needed(path)):
         if importlib.util.find_spec(name) is None:
             return name
     return None

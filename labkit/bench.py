@@ -43,7 +43,7 @@ import numpy as np
 
 from labkit import memory
 from labkit._validate import choice, integer, names, number, out_path, shown
-from labkit.formats.table import Table
+from labkit.table import Table
 from labkit.train import FRAMEWORKS, MODELS, PRECISIONS, RunConfig
 from labkit.train.config import DEVICES
 
@@ -470,7 +470,7 @@ def _on_cpu(framework: str, device: str) -> bool:
             import jax
 
             return jax.default_backend() == "cpu"
-        from labkit.train.tf_models import import_tensorflow
+        from labkit.train.tf.models import import_tensorflow
 
         tf, _ = import_tensorflow()
         return not (tf.config.list_physical_devices("GPU") or tf.config.list_logical_devices("TPU"))
@@ -734,7 +734,7 @@ def _matmul_call(framework: str, a, dtype: str) -> Callable[[], object]:
 
         j, matmul = jnp.asarray(a, dtype), jax.jit(jnp.matmul)
         return lambda: matmul(j, j).block_until_ready()
-    from labkit.train.tf_models import import_tensorflow
+    from labkit.train.tf.models import import_tensorflow
 
     tf, _ = import_tensorflow()
     f = tf.constant(a, dtype)

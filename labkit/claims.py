@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from labkit._validate import choice, shown
-from labkit.formats.table import Table
+from labkit.table import Table
 from labkit.memory_plots import Breakdown, measured, total_bytes
 
 METRICS = ("speedup", "memory_ratio", "activation_ratio", "gradient_ratio", "double_batch_ratio", "accuracy_drop")

@@ -112,13 +112,13 @@ def seed004_memory_analysis(model_size, use_mixed_precision=True):
 def seed004_comparison(n_params: int = 10**9):
     """Seed 004's ``analyze_mixed_precision_memory`` next to ZeRO's count (`model_state_bytes`,
     Adam), in bytes per parameter, for mixed precision and fp32: one row per entry, then the
-    seed's total and the sum of its rows. Returns a `labkit.formats.Table`.
+    seed's total and the sum of its rows. Returns a `labkit.table.Table`.
 
     >>> t = seed004_comparison()
     >>> t.rows[-2]
     ('total', '16', '16', '24', '16')
     """
-    from labkit.formats import Table
+    from labkit.table import Table
 
     n_params = integer("n_params", n_params, minimum=1, maximum=2**53)
     seed = {mixed: [v * 2**30 / n_params for v in seed004_memory_analysis(n_params, mixed).values()]

@@ -39,7 +39,7 @@ from functools import lru_cache
 
 from labkit import memory
 from labkit._validate import choice, integer, shown
-from labkit.formats.table import Table
+from labkit.table import Table
 
 SEGMENTS = ("weights", "master_weights", "gradients", "optimizer_states", "weight_copies", "activations",
             "step_temporaries")

@@ -50,6 +50,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import labkit  # noqa: E402
+from labkit.table import Table  # noqa: E402
 
 TIME_LIMIT = 3.0
 """Seconds one call may take. A well-behaved function answers a bad value in milliseconds; a call that
@@ -293,15 +294,15 @@ OVERRIDES = {
     ("labkit.scaling.record_gradients", "hidden"): 8,
     ("labkit.scaling.Seed004DynamicLossScaler.unscale_gradients", "optimizer"): Make(_torch_optimizer),
     ("labkit.scaling.OptaxApplyIfFinite.create", "max_consecutive_errors"): 0,
-    ("labkit.formats.Table.column", "name"): "a",
+    ("labkit.table.Table.column", "name"): "a",
     ("labkit.formats.plot_values", "names"): ("fp8_e4m3", "fp8_e5m2"),
     ("labkit.cli.main", "argv"): Make(lambda ctx: ["doctor", "--frameworks", "none"]),
     ("labkit.train.RunConfig", "progress"): False,
     ("labkit.train.RunConfig.from_dict", "d"): Make(lambda ctx: _config().to_dict()),
     ("labkit.train.RunResult.from_json", "text"): Make(lambda ctx: _result().to_json()),
     ("labkit.train.RunResult.load", "path"): Make(_result_file),
-    ("labkit.distributed.check_engine", "config"): Make(lambda ctx: _config(devices=2)),
-    ("labkit.distributed.check_engine", "name"): "torch",
+    ("labkit.train.launch.check_engine", "config"): Make(lambda ctx: _config(devices=2)),
+    ("labkit.train.launch.check_engine", "name"): "torch",
     ("labkit.hardware.detect", "frameworks"): (),
     ("labkit.hardware.native_precision", "report"): Make(lambda ctx: _report("A100")),
     ("labkit.hardware.native_table", "report"): Make(lambda ctx: _report("A100")),
@@ -333,7 +334,7 @@ def _instances():
     report = _report("T4")
     return {
         "labkit.formats.FloatFormat": lambda: lf.get("fp16"),
-        "labkit.formats.Table": lambda: lf.Table(("a", "b"), (("1", "2"),), "t"),
+        "labkit.table.Table": lambda: Table(("a", "b"), (("1", "2"),), "t"),
         "labkit.formats.Representation": lambda: lf.represent(0.1, "fp16"),
         "labkit.formats.Accumulation": lambda: lf.compare_accumulation([0.01] * 8, "bf16", "fp32"),
         "labkit.hardware.HardwareReport": lambda: report,
@@ -373,7 +374,7 @@ NOT_CALLED = {
 BAD_ONLY = {
     "labkit.train.run": "a good call trains a model (seconds to minutes): only bad values, each of which must "
                         "be refused before anything starts",
-    "labkit.distributed.run": "a good call launches torchrun / a device mesh: only bad values, each of which must "
+    "labkit.train.launch.run_distributed": "a good call launches torchrun / a device mesh: only bad values, each of which must "
                               "be refused before anything starts",
     "labkit.cli.run_bench": "a good call runs the benchmark: only bad values, each of which must be refused "
                             "before anything starts",
@@ -418,7 +419,7 @@ def _declares_all(spec) -> bool:
 
 
 NOT_WALKED = {
-    "labkit.distributed.jax_dist": "the JAX distributed engine: its names take compiled JAX programs and meshes, "
+    "labkit.train.jax.distributed": "the JAX distributed engine: its names take compiled JAX programs and meshes, "
                                    "and tests/distributed/test_jax_dist.py runs them with JAX",
 }
 """Modules that declare an __all__ but are not fuzzed here, with the reason."""

@@ -192,7 +192,7 @@ def test_train_flops_match_torch_flop_counter(model, width, batch):
     from torch.utils.flop_counter import FlopCounterMode
 
     from labkit.train import models
-    from labkit.train.torch_models import build
+    from labkit.train.torch.models import build
 
     net = build(model, models.init_params(model, seed=0, width=width))
     x = torch.rand(batch, 64)

@@ -578,7 +578,7 @@ def test_a_capped_onednn_does_not_crash_tensorflow_on_16_bit_matmuls():
         pytest.skip("this CPU has no 16-bit instructions for the cap to hide")
     code = """
         import os
-        from labkit.train.tf_models import import_tensorflow
+        from labkit.train.tf.models import import_tensorflow
         tf, _ = import_tensorflow()
         x = [float(tf.linalg.matmul(tf.ones((32, 32), d), tf.ones((32, 32), d))[0, 0]) for d in (tf.bfloat16, tf.float16)]
         print(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), x)

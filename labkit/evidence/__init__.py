@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import _validate
-from labkit.formats.table import Table
+from labkit.table import Table
 
 FORMAT, VERSION = "labkit-evidence", 1
 KINDS = ("bench",)

@@ -21,8 +21,8 @@ from labkit.formats.numerics import (
     softmax_cross_entropy,
 )
 from labkit.formats.spec import FORMATS, FloatFormat, get
+from labkit.formats.comparison import comparison_table, loss_scaling_need
 from labkit.formats.summary import feature_table, precision_comparison, representation_table
-from labkit.formats.table import Table, comparison_table, loss_scaling_need
 
 # The figures need matplotlib.pyplot, which is slow to import: load it on first use.
 _PLOTS = ("plot_bit_layout", "plot_number_line", "plot_rounding_error", "plot_running_sum", "plot_values")
@@ -42,7 +42,6 @@ __all__ = [
     "Accumulation",
     "FloatFormat",
     "Representation",
-    "Table",
     "binade_counts",
     "compare_accumulation",
     "comparison_table",

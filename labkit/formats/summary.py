@@ -33,7 +33,8 @@ import math
 from labkit._validate import shown
 from labkit.formats.describe import represent
 from labkit.formats.spec import format_names, get
-from labkit.formats.table import Table, loss_scaling_need
+from labkit.formats.comparison import loss_scaling_need
+from labkit.table import Table
 
 
 def dynamic_range(fmt) -> tuple[float, float]:

@@ -339,7 +339,7 @@ def native_precision(framework: str, precision: str, report: HardwareReport | No
 def native_table(report: HardwareReport | None = None):
     """`native_precision` for every framework and 16-bit precision, as a Table: what the course's
     bf16 and fp16 cells will do on this machine (or on `report`'s)."""
-    from labkit.formats.table import Table
+    from labkit.table import Table
 
     if report is None:
         from labkit.hardware.detect import detect

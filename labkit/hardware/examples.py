@@ -78,9 +78,9 @@ def seed_004_select_precision(gpu_type: str, training_type: str) -> str:
 def seed_004_comparison():
     """Seed 004's answers next to `advise()`, for its rows and three GPUs it left out.
 
-    Returns a `labkit.formats.Table`; the last column says CORRECT or INCORRECT.
+    Returns a `labkit.table.Table`; the last column says CORRECT or INCORRECT.
     """
-    from labkit.formats import Table
+    from labkit.table import Table
 
     rows = [*SEED_004_TABLE, *((gpu, "预训练") for gpu in ("H100", "L4", "T4"))]
     out = []
@@ -95,8 +95,8 @@ def seed_004_comparison():
 
 
 def advice_table(names: Iterable[str] = ("cpu", "cpu-amx", "T4", "L4", "A100", "tpu")):
-    """`advise()` for several `example_report()` names, as a `labkit.formats.Table`."""
-    from labkit.formats import Table
+    """`advise()` for several `example_report()` names, as a `labkit.table.Table`."""
+    from labkit.table import Table
 
     rows = []
     for name in check_strs(names, "names"):

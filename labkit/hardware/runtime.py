@@ -57,9 +57,9 @@ def tf32_defaults(frameworks=TF32_FRAMEWORKS):
       docstring, ``jax/_src/lax/lax.py``): matmuls and convolutions use TF32 by default.
     * TensorFlow: ``tf.config.experimental.tensor_float_32_execution_enabled()`` is True.
 
-    Returns a `labkit.formats.Table`; a framework that is not installed is left out.
+    Returns a `labkit.table.Table`; a framework that is not installed is left out.
     """
-    from labkit.formats.table import Table
+    from labkit.table import Table
 
     rows = []
     for name in _frameworks(frameworks):
@@ -100,14 +100,14 @@ def _kept(value: float) -> str:
 
 def subnormal_behaviour(frameworks=TF32_FRAMEWORKS):
     """``x * 2`` for the float32 subnormal x = 1e-39 in numpy and in each installed framework,
-    on its default device, and whether the subnormal survived. Returns a `labkit.formats.Table`.
+    on its default device, and whether the subnormal survived. Returns a `labkit.table.Table`.
 
     IEEE 754 keeps it (2e-39: gradual underflow). A runtime that sets the CPU's flush-to-zero
     (FTZ) and denormals-are-zero (DAZ) modes returns 0: XLA:CPU (JAX) and TensorFlow set them in
     their threads; PyTorch leaves them off unless ``torch.set_flush_denormal(True)`` (tried here,
     then switched off again). TPUs flush subnormals in hardware.
     """
-    from labkit.formats.table import Table
+    from labkit.table import Table
 
     names = _frameworks(frameworks)
     x = np.float32(SUBNORMAL)

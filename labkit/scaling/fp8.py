@@ -303,7 +303,7 @@ def fp8_recipe(activations, gradients, recipe: str = "delayed", fp8_format: str 
 
 def fp8_table(traces: dict):
     """One row per (label, Fp8Trace) of ``{label: Fp8Trace}``: saturation, underflow and error, as a Table."""
-    from labkit.formats import Table
+    from labkit.table import Table
 
     if isinstance(traces, Fp8Trace):
         traces = {traces.recipe: traces}

@@ -199,7 +199,7 @@ def keras_scale_to_zero(initial_scale=2.0**15) -> dict:
                          f"got {initial_scale!r}")
     import numpy as np
 
-    from labkit.train.tf_models import import_tensorflow  # quietly; Keras 3 on the TensorFlow backend
+    from labkit.train.tf.models import import_tensorflow  # quietly; Keras 3 on the TensorFlow backend
 
     tf, keras = import_tensorflow()
 

@@ -178,7 +178,7 @@ def preset_table(names=None):
 
     ``names``: one preset name, a list of them, or None for all.
     """
-    from labkit.formats import Table
+    from labkit.table import Table
     from labkit.scaling.underflow import _pow2
 
     rows = []

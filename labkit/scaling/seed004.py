@@ -174,7 +174,7 @@ def fast_seed004(flags, opts):
 
 def differences_table():
     """Seed 004's scaler next to torch.amp.GradScaler, row by row, as a Table."""
-    from labkit.formats import Table
+    from labkit.table import Table
 
     return Table(("", "seed 004 DynamicLossScaler", "torch.amp.GradScaler"), DIFFERENCES,
                  "Seed 004's hand-written scaler vs PyTorch's")
@@ -205,7 +205,7 @@ def seed004_vs_gradscaler(overflows, *, initial_scale=2**16, growth_interval=200
 
     import torch
 
-    from labkit.formats import Table
+    from labkit.table import Table
 
     p_seed, p_torch = torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))
     opt_seed, opt_torch = torch.optim.SGD([p_seed], lr=0.1), torch.optim.SGD([p_torch], lr=0.1)

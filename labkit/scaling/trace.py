@@ -361,7 +361,7 @@ def _as_dict(traces) -> dict:
 
 def traces_table(traces):
     """One row per trace: steps run, overflows, skipped, poisoned, smallest/final scale, stop."""
-    from labkit.formats import Table
+    from labkit.table import Table
 
     rows = []
     for label, t in _as_dict(traces).items():

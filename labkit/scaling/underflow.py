@@ -179,7 +179,7 @@ def safe_scale_range(values, fmt) -> ScaleRange:
 
 def fractions_table(values, scale=1.0, formats=DEFAULT_FORMATS):
     """Lost / subnormal / normal / overflow percentages per format at one scale, as a Table."""
-    from labkit.formats import Table
+    from labkit.table import Table
 
     rows = []
     for name in _format_names(formats):
@@ -192,7 +192,7 @@ def fractions_table(values, scale=1.0, formats=DEFAULT_FORMATS):
 
 def safe_range_table(values, formats=DEFAULT_FORMATS):
     """For each format: the range of S that loses nothing, as a Table."""
-    from labkit.formats import Table
+    from labkit.table import Table
 
     rows = []
     for name in _format_names(formats):

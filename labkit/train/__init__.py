@@ -17,7 +17,7 @@ from labkit.train.config import DATASETS, FRAMEWORKS, MODELS, PRECISIONS, RunCon
 from labkit.train.loop import RunFailed, StepOut, train
 from labkit.train.result import RunResult, log_path
 
-_RUNNERS = {"torch": "labkit.train.torch_runner", "jax": "labkit.train.jax_runner", "tf": "labkit.train.tf_runner"}
+_RUNNERS = {"torch": "labkit.train.torch.stepper", "jax": "labkit.train.jax.stepper", "tf": "labkit.train.tf.stepper"}
 
 
 def run(config: RunConfig) -> RunResult:
@@ -33,9 +33,9 @@ def run(config: RunConfig) -> RunResult:
         if config.out is not None:
             log_path(config.out)  # the engines' subprocesses write it
         _runner(config.framework)
-        from labkit import distributed
+        from labkit.train import launch
 
-        return distributed.run(config)
+        return launch.run_distributed(config)
     return train(config, _make_stepper)
 
 

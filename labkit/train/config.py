@@ -96,7 +96,7 @@ class RunConfig:
         under DeepSpeed (zero1/zero2), whose bf16 optimizer also checks for overflow and
         skips the step.
       devices: how many devices (or, for PyTorch, processes) share each step; > 1 runs the
-        framework's own distributed engine (labkit.distributed): torch DDP / FSDP2 under torchrun
+        framework's own distributed engine (labkit.train.launch): torch DDP / FSDP2 under torchrun
         (gloo on CPUs, nccl on GPUs), a jax.sharding mesh (virtual CPU devices here), a
         tf.distribute strategy. The batch is the global batch, split across devices.
       parallel: "dp" (every device holds all parameters; gradients are all-reduced),

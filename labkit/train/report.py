@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from labkit.formats.table import Table
+from labkit.table import Table
 
 
 def _kib(n) -> str:

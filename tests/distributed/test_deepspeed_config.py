@@ -7,11 +7,11 @@ import sys
 import pytest
 
 from labkit import memory, scaling
-from labkit.distributed import deepspeed_config as D
+from labkit.train.torch import deepspeed_config as D
 
 
 def test_the_module_does_not_import_deepspeed():
-    code = "import sys, labkit.distributed.deepspeed_config; print('deepspeed' in sys.modules)"
+    code = "import sys, labkit.train.torch.deepspeed_config; print('deepspeed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 

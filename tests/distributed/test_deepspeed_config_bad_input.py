@@ -1,10 +1,10 @@
-"""labkit.distributed.deepspeed_config refuses bad input with a ValueError/TypeError naming it (issue 12)."""
+"""labkit.train.torch.deepspeed_config refuses bad input with a ValueError/TypeError naming it (issue 12)."""
 
 import json
 
 import pytest
 
-from labkit.distributed import deepspeed_config as D
+from labkit.train.torch import deepspeed_config as D
 
 
 @pytest.mark.parametrize("name, bad, error", [

@@ -18,7 +18,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from labkit.distributed import deepspeed_config, report, torch_dist
+from labkit.train.torch import deepspeed_config
+from labkit.train import gathered as report
+from labkit.train.torch import distributed as torch_dist
 from labkit.train import RunConfig, run
 from labkit.train.models import init_params
 

@@ -1,8 +1,8 @@
-"""labkit.distributed.report: the step-time and ZeRO memory tables of notebook 08."""
+"""labkit.train.gathered: the step-time and ZeRO memory tables of notebook 08."""
 
 import pytest
 
-from labkit.distributed import report
+from labkit.train import gathered as report
 from labkit.train import RunConfig, RunResult
 
 
@@ -33,10 +33,10 @@ def test_bad_input_gets_a_clear_message():
 
 @pytest.mark.parametrize("config", [None, "torch", {"framework": "torch", "devices": 2}])
 def test_distributed_run_wants_a_run_config(config):
-    from labkit import distributed
+    from labkit.train import launch
 
     with pytest.raises(TypeError, match="config must be a RunConfig"):
-        distributed.run(config)
+        launch.run_distributed(config)
 
 
 def test_gathered_reads_torch_profiler_rows_and_jax_program_rows():

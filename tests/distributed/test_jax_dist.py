@@ -1,7 +1,7 @@
 """JAX sharding over 4 virtual CPU devices: real jax.sharding, shard_map, optax and jmp.
 
 Each multi-device run starts a child process with
-XLA_FLAGS=--xla_force_host_platform_device_count=4 (labkit.distributed.jax_dist.run does it).
+XLA_FLAGS=--xla_force_host_platform_device_count=4 (labkit.train.jax.distributed.run does it).
 """
 
 import json
@@ -18,8 +18,8 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 pytest.importorskip("jmp")
 
-from labkit.distributed import jax_dist
-from labkit.distributed.jax_dist import Collective, collectives, shard_dim, total_bytes
+from labkit.train.jax import distributed as jax_dist
+from labkit.train.jax.distributed import Collective, collectives, shard_dim, total_bytes
 from labkit.train import RunConfig, run
 
 SMALL = {"framework": "jax", "width": 32, "batch_size": 32, "steps": 3, "progress": False}
@@ -93,7 +93,7 @@ def test_bf16_reduction_is_asked_in_bf16_and_halves_the_gradient_bytes(runs):
 # -- loss-scale skips agree on every device -----------------------------------------------
 OVERFLOW_SCRIPT = textwrap.dedent("""
     import json, numpy as np, jax
-    from labkit.distributed import jax_dist
+    from labkit.train.jax import distributed as jax_dist
     from labkit.train import RunConfig
     from labkit.train.data import batches, load
     cfg = RunConfig("jax", "fp16", width=32, batch_size=32, steps=4, devices=4, parallel="fsdp",

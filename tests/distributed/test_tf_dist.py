@@ -9,7 +9,7 @@ import functools
 import numpy as np
 import pytest
 
-from labkit.distributed import tf_dist
+from labkit.train.tf import distributed as tf_dist
 from labkit.train import RunConfig, run
 
 BASE = RunConfig("tf", "bf16", width=32, batch_size=16, steps=3, progress=False)

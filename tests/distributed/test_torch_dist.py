@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from labkit.distributed import torch_dist
+from labkit.train.torch import distributed as torch_dist
 from labkit.train import RunConfig, RunFailed, run
 
 BASE = {"framework": "torch", "model": "mlp", "width": 32, "batch_size": 32, "steps": 4, "progress": False}
@@ -93,7 +93,7 @@ def test_fsdp2_default_reduces_in_param_dtype_and_reshards_the_root_after_evalua
 def test_fsdp2_gathers_the_parameters_in_param_dtype(fsdp_fp32_reduce):
     """FSDP2 casts each fp32 shard to param_dtype *before* the all-gather (``_fsdp_param.py``,
     ``all_gather_inputs``): it gathers bf16, 2 bytes per element."""
-    from labkit.distributed import report
+    from labkit.train import gathered as report
 
     g = report.gathered(fsdp_fp32_reduce)
     assert g["dtype"] == "bf16" and g["bytes"] == 2 * g["elements"]

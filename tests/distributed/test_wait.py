@@ -1,11 +1,11 @@
-"""labkit.distributed._wait: waiting for a run's subprocess shows the progress the config asks for."""
+"""labkit.train.launch: waiting for a run's subprocess shows the progress the config asks for."""
 
 import subprocess
 import sys
 
 import pytest
 
-from labkit.distributed import _wait
+from labkit.train import launch as _wait
 from labkit.train import RunConfig
 
 WRITER = """

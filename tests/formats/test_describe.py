@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import labkit.formats as lf
+from labkit.table import Table
 
 
 def test_fp16_overflow_of_256_squared():
@@ -88,9 +89,9 @@ def test_comparison_table_is_computed_from_the_formats():
 
 def test_table_rejects_ragged_rows_and_unknown_columns():
     with pytest.raises(ValueError, match="header has 2"):
-        lf.Table(("a", "b"), (("1",),))
+        Table(("a", "b"), (("1",),))
     with pytest.raises(ValueError, match="columns are a, b"):
-        lf.Table(("a", "b"), (("1", "2"),)).column("c")
+        Table(("a", "b"), (("1", "2"),)).column("c")
 
 
 def test_loss_scaling_need_follows_the_exponent_range():

@@ -13,7 +13,7 @@ optax = pytest.importorskip("optax")
 import jax.numpy as jnp  # noqa: E402
 
 from labkit import scaling  # noqa: E402
-from labkit.train.jax_extras import (  # noqa: E402
+from labkit.train.jax.lessons import (  # noqa: E402
     GradientError, HloSummary, SimpleDense, dtype_tree, gradient_error, hlo_summary, jmp_and_flax_limits,
     jmp_and_flax_scales, jmp_trajectory, jmp_under_jit, moved_fraction, ops_by_dtype, predict, scaled_gradients)
 

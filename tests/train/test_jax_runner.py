@@ -15,9 +15,10 @@ import jax.numpy as jnp  # noqa: E402
 
 from labkit import scaling  # noqa: E402
 from labkit.train import PRECISIONS, RunConfig, models, run  # noqa: E402
-from labkit.train import jax_models, jax_runner  # noqa: E402
+from labkit.train.jax import models as jax_models  # noqa: E402
+from labkit.train.jax import stepper as jax_runner
 from labkit.train.data import batches, load  # noqa: E402
-from labkit.train.jax_extras import moved_fraction  # noqa: E402
+from labkit.train.jax.lessons import moved_fraction  # noqa: E402
 
 SMALL = dict(framework="jax", width=32, batch_size=32, progress=False)
 TINY_TRANSFORMER = dict(framework="jax", model="transformer", width=8, batch_size=8, progress=False)

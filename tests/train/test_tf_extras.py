@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from labkit.train import RunConfig, run
-from labkit.train import tf_extras as E
-from labkit.train.tf_models import keras
+from labkit.train.tf import lessons as E
+from labkit.train.tf.models import keras
 
 matplotlib.use("Agg")
 

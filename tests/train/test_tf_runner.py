@@ -18,11 +18,11 @@ from labkit import scaling
 from labkit.train import RunConfig, run
 from labkit.train import data as D
 from labkit.train import models as M
-from labkit.train import tf_models as TM
-from labkit.train import tf_runner
+from labkit.train.tf import models as TM
+from labkit.train.tf import stepper as tf_runner
 from labkit.train.loop import train
-from labkit.train.tf_models import keras, tf
-from labkit.train.tf_runner import make_stepper
+from labkit.train.tf.models import keras, tf
+from labkit.train.tf.stepper import make_stepper
 
 TINY = dict(framework="tf", width=32, batch_size=16, progress=False)
 TINY_TRANSFORMER = dict(TINY, model="transformer", width=16, batch_size=4)
@@ -337,10 +337,11 @@ def test_the_runner_refuses_another_frameworks_config_and_bad_options():
 # -- the replicated (TPUStrategy) path ----------------------------------------------------------------------
 _REPLICATED = textwrap.dedent("""
     import functools, json
-    from labkit.train.tf_models import tf
+    from labkit.train.tf.models import tf
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    from labkit.train import RunConfig, tf_runner
+    from labkit.train import RunConfig
+    from labkit.train.tf import stepper as tf_runner
     from labkit.train.loop import train
     strategy = tf.distribute.MirroredStrategy(["/CPU:0", "/CPU:1"])
     cfg = RunConfig("tf", "bf16", width=32, steps=4, batch_size=32, clip_norm=0.5, progress=False)

@@ -9,7 +9,7 @@ from torch import nn
 
 from labkit import scaling
 from labkit.train import RunConfig, run
-from labkit.train.torch_extras import (
+from labkit.train.torch.lessons import (
     SafeLayerNorm,
     SeedSafeLayerNorm,
     autocast_dtypes,

@@ -21,8 +21,8 @@ import torch
 from labkit.train import RunConfig, RunResult, run
 from labkit.train import data as D
 from labkit.train import models as M
-from labkit.train.torch_models import build, torch_name
-from labkit.train.torch_runner import make_stepper
+from labkit.train.torch.models import build, torch_name
+from labkit.train.torch.stepper import make_stepper
 
 TINY = dict(framework="torch", width=32, batch_size=16, progress=False)
 TINY_TRANSFORMER = dict(TINY, model="transformer", width=16, batch_size=4)

@@ -1,11 +1,11 @@
 """One rank of a DeepSpeed ZeRO stage 1 / 2 run; ``torchrun`` starts one of these per process.
 
-    python -m torch.distributed.run --nproc-per-node=2 ... -m labkit.distributed.deepspeed_worker spec.json
+    python -m torch.distributed.run --nproc-per-node=2 ... -m labkit.train.torch.deepspeed_worker spec.json
 
-`labkit.distributed.torch_dist.run` launches this module for ``parallel="zero1"`` / ``"zero2"``,
+`labkit.train.torch.distributed.run` launches this module for ``parallel="zero1"`` / ``"zero2"``,
 the same way it launches DDP and FSDP2 (DeepSpeed reads torchrun's RANK / WORLD_SIZE / MASTER_*
 variables). Every rank builds the same model from `labkit.train.models.init_params` and hands it
-to ``deepspeed.initialize`` with the config `labkit.distributed.deepspeed_config.engine_config`
+to ``deepspeed.initialize`` with the config `labkit.train.torch.deepspeed_config.engine_config`
 writes (the seed's ``fp16`` / ``bf16`` block, the ZeRO stage, the batch, the optimizer).
 
 What DeepSpeed does with it (``deepspeed/runtime/engine.py``, ``zero/stage_1_and_2.py``):
@@ -40,9 +40,9 @@ import torch.nn.functional as F
 from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.loop import StepOut, train
-from labkit.train.torch_models import build
-from labkit.train.torch_runner import batch_tensors
-from labkit.distributed.torch_worker import DistStepper, _name, _profile, _with_inf, exit_after, rank_main, where
+from labkit.train.torch.models import build
+from labkit.train.torch.stepper import batch_tensors
+from labkit.train.torch.worker import DistStepper, _name, _profile, _with_inf, exit_after, rank_main, where
 
 
 def _nbytes(tensors) -> int:
@@ -55,7 +55,7 @@ class DeepSpeedStepper(DistStepper):
     def __init__(self, config: RunConfig, rank: int, world: int, device: torch.device):
         import deepspeed
 
-        from labkit.distributed.deepspeed_config import engine_config
+        from labkit.train.torch.deepspeed_config import engine_config
 
         self.config, self.rank, self.world, self.torch_device = config, rank, world, device
         model = build(config.model, models.init_params(config.model, seed=config.seed, width=config.width))
@@ -157,7 +157,7 @@ def _init(backend: str, timeout: datetime.timedelta) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return rank_main(argv, "labkit.distributed.deepspeed_worker", _init, train_rank)
+    return rank_main(argv, "labkit.train.torch.deepspeed_worker", _init, train_rank)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """One rank of a PyTorch DDP / FSDP2 run; ``torchrun`` starts one of these per process.
 
-    python -m torch.distributed.run --nproc-per-node=2 ... -m labkit.distributed.torch_worker spec.json
+    python -m torch.distributed.run --nproc-per-node=2 ... -m labkit.train.torch.worker spec.json
 
-`labkit.distributed.torch_dist.run` writes ``spec.json`` (``{"config": RunConfig.to_dict(),
+`labkit.train.torch.distributed.run` writes ``spec.json`` (``{"config": RunConfig.to_dict(),
 "out": path}``) and launches this module. Every rank builds the same model from
 `labkit.train.models.init_params`, wraps it in the framework's own engine and takes its slice
 of each global batch; rank 0 writes the JSON-lines log that `RunResult.load` reads back.
@@ -59,8 +59,8 @@ import torch.nn.functional as F
 from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.loop import StepOut, train
-from labkit.train.torch_models import build
-from labkit.train.torch_runner import (COMPUTE_DTYPES, batch_tensors, describe_cpu, make_optimizer, make_scaler,
+from labkit.train.torch.models import build
+from labkit.train.torch.stepper import (COMPUTE_DTYPES, batch_tensors, describe_cpu, make_optimizer, make_scaler,
                                       matmul_precision)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -417,7 +417,7 @@ def exit_after(main) -> None:
 
 
 def main(argv: list[str]) -> int:
-    return rank_main(argv, "labkit.distributed.torch_worker",
+    return rank_main(argv, "labkit.train.torch.worker",
                      lambda backend, timeout: dist.init_process_group(backend, timeout=timeout), train_rank)
 
 

@@ -24,7 +24,7 @@ bfloat16 has float32's range); ``bf16-pure`` the ``bfloat16`` policy: weights an
 moments are bfloat16, with no float32 copy. Keras' Adam computes its bias correction in the
 variable's dtype, where ``beta_2 = 0.999`` rounds to 1.0: its step size is then exactly 0, so
 pure-bf16 Adam does not move the weights at all (SGD's small updates are rounded away). See
-`labkit.train.tf_models` for the per-layer policies.
+`labkit.train.tf.models` for the per-layer policies.
 
 Global state: the Keras global policy is never changed (each layer gets ``dtype=``). TF32,
 and on a CPU op determinism (so that a seeded run repeats exactly), are set around every
@@ -49,11 +49,11 @@ import numpy as np
 
 from labkit.hardware import detect_cpu, tpu_from_environment
 from labkit.train import models as M
-from labkit.train import tf_models as TM
+from labkit.train.tf import models as TM
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import StepOut
-from labkit.train.tf_models import keras, tf
+from labkit.train.tf.models import keras, tf
 
 
 

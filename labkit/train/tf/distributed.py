@@ -50,7 +50,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labkit.distributed import _wait, check_engine
+from labkit.train.launch import check_engine
+from labkit.train import launch as _wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
 from labkit.train.result import LogWriteFailed, RunResult, append_end_line
@@ -92,7 +93,7 @@ def run(config: RunConfig, *, overflow_replica: int | None = None, timeout: floa
     with tempfile.TemporaryDirectory(prefix="labkit-tf-dist-") as tmp:
         out = config.out or str(Path(tmp) / "run.jsonl")
         child = config.replace(out=out, progress=False)
-        cmd = [sys.executable, "-m", "labkit.distributed.tf_dist", json.dumps(child.to_dict()), str(overflow_replica)]
+        cmd = [sys.executable, "-m", "labkit.train.tf.distributed", json.dumps(child.to_dict()), str(overflow_replica)]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
@@ -131,7 +132,7 @@ def keras_local_check_demo(devices: int = 2, timeout: float = 300.0) -> dict:
     """
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 2:
         raise ValueError(f"devices must be an int >= 2, got {devices!r}")
-    cmd = [sys.executable, "-m", "labkit.distributed.tf_dist", "--keras-demo", str(devices)]
+    cmd = [sys.executable, "-m", "labkit.train.tf.distributed", "--keras-demo", str(devices)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
@@ -146,7 +147,7 @@ tf = keras = None
 def _import_tf():
     global tf, keras
     if tf is None:
-        from labkit.train.tf_models import keras as _keras, tf as _tf
+        from labkit.train.tf.models import keras as _keras, tf as _tf
 
         tf, keras = _tf, _keras
 
@@ -166,7 +167,7 @@ def make_strategy(config: RunConfig):
     batch that does not split over the TPU's cores.
     """
     _import_tf()
-    from labkit.train.tf_runner import find_tpu
+    from labkit.train.tf.stepper import find_tpu
 
     want = {"cuda": "gpu"}.get(config.device, config.device)
     if want in ("auto", "tpu"):
@@ -224,8 +225,8 @@ class MirroredStepper:
 
     def __init__(self, config: RunConfig, strategy, overflow_replica: int):
         from labkit.train import models as M
-        from labkit.train import tf_models as TM
-        from labkit.train import tf_runner as TR
+        from labkit.train.tf import models as TM
+        from labkit.train.tf import stepper as TR
 
         self.config, self.strategy, self.overflow_replica = config, strategy, overflow_replica
         self.n = strategy.num_replicas_in_sync

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from labkit.formats.table import Table
+from labkit.table import Table
 from labkit.train.result import RunResult
 
 
@@ -93,7 +93,7 @@ def zero_memory_table(result: RunResult) -> Table:
     ZeRO paper's formula (`deepspeed_config.zero_memory`) for the same parameter count, stage
     and ranks. The measured partitions are a few elements larger: DeepSpeed pads the flat buffer
     so that it splits evenly. Gradients are not listed: ZeRO frees them after each step."""
-    from labkit.distributed.deepspeed_config import zero_memory
+    from labkit.train.torch.deepspeed_config import zero_memory
     from labkit.train.models import count_params, init_params
 
     if not isinstance(result, RunResult) or "zero_stage" not in result.extra:

@@ -26,7 +26,7 @@ precision      Flax ``dtype``  ``param_dtype``  loss scale           matmul prec
 =============  ==============  ===============  ===================  =====================
 
 LayerNorm statistics, the attention softmax and the loss stay in float32 in every mode
-(`labkit.train.jax_models`). The matmul precision is set with ``jax.default_matmul_precision``
+(`labkit.train.jax.models`). The matmul precision is set with ``jax.default_matmul_precision``
 only while the step is traced and compiled, so no global JAX setting changes.
 
 The step is compiled ahead of time on the first call (``jax.jit(step).lower(...).compile()``):
@@ -51,7 +51,8 @@ import optax
 from flax import traverse_util
 
 from labkit.hardware import detect_cpu
-from labkit.train import jax_models, models
+from labkit.train import models
+from labkit.train.jax import models as jax_models
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import StepOut

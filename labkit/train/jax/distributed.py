@@ -3,7 +3,7 @@
 Here a CPU pretends to be N devices (``XLA_FLAGS=--xla_force_host_platform_device_count=N``, set
 in a fresh subprocess because JAX fixes its device count when it starts); on N GPUs or a TPU
 slice the same code runs in-process on the real devices. The step is the single-device step of
-`labkit.train.jax_runner` with the gradient computed per device inside ``jax.shard_map``::
+`labkit.train.jax.stepper` with the gradient computed per device inside ``jax.shard_map``::
 
     mesh = Mesh(devices, ("data",))                  # a 1-D mesh: every device is a data shard
     x, y : NamedSharding(mesh, P("data"))            # each device gets batch_size / N rows
@@ -49,7 +49,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from labkit.distributed import _wait, check_engine
+from labkit.train.launch import check_engine
+from labkit.train import launch as _wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed, StepOut
 from labkit.train.result import LogWriteFailed, RunResult, append_end_line
@@ -167,8 +168,8 @@ def _make_stepper_class():
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from labkit.train import jax_models
-    from labkit.train.jax_runner import JaxStepper, _inject_inf
+    from labkit.train.jax import models as jax_models
+    from labkit.train.jax.stepper import JaxStepper, _inject_inf
 
     class ShardedStepper(JaxStepper):
         """`JaxStepper` on a 1-D mesh of ``config.devices`` devices (see the module docstring).
@@ -315,13 +316,13 @@ def _reduce_name(config: RunConfig) -> str:
 def _mesh_devices(requested: str, n: int):
     import jax
 
-    from labkit.train.jax_runner import select_device
+    from labkit.train.jax.stepper import select_device
 
     kind = select_device(requested).platform
     devices = jax.devices(kind)
     if len(devices) < n:
         raise ValueError(f"devices={n} needs {n} {kind} devices; JAX sees {len(devices)} "
-                         f"(on a CPU, labkit.distributed.jax_dist.run starts a process with {n} virtual ones)")
+                         f"(on a CPU, labkit.train.jax.distributed.run starts a process with {n} virtual ones)")
     return devices[:n]
 
 
@@ -340,7 +341,7 @@ def run(config: RunConfig) -> RunResult:
     """Train `config` on a ``config.devices``-device mesh and return its RunResult.
 
     With enough devices of the requested kind here, it runs in this process. On a CPU with
-    fewer, it runs ``python -m labkit.distributed.jax_dist`` with
+    fewer, it runs ``python -m labkit.train.jax.distributed`` with
     ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (JAX fixes the count at start-up),
     reading the run back from its JSON lines. ``extra`` holds the mesh, the sharding of
     every parameter, the reduce dtype, the collectives of the compiled and the lowered step
@@ -349,7 +350,7 @@ def run(config: RunConfig) -> RunResult:
     _check(config)
     import jax
 
-    from labkit.train.jax_runner import select_device
+    from labkit.train.jax.stepper import select_device
 
     kind = select_device(config.device).platform  # ValueError for a device that is not here
     if len(jax.devices(kind)) >= config.devices:
@@ -389,7 +390,7 @@ def _run_child(config: RunConfig) -> RunResult:
         env["JAX_PLATFORMS"] = "cpu"
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen([sys.executable, "-m", "labkit.distributed.jax_dist", json.dumps(child.to_dict())],
+        proc = subprocess.Popen([sys.executable, "-m", "labkit.train.jax.distributed", json.dumps(child.to_dict())],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             _, stderr = _wait.wait(proc, config, out)  # a progress bar if config.progress
@@ -405,7 +406,7 @@ def _run_child(config: RunConfig) -> RunResult:
 
 
 def main(argv: list[str]) -> int:
-    """Child entry point: ``python -m labkit.distributed.jax_dist '<RunConfig as JSON>'``."""
+    """Child entry point: ``python -m labkit.train.jax.distributed '<RunConfig as JSON>'``."""
     _run_here(RunConfig.from_dict(json.loads(argv[0])))
     return 0
 

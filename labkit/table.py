@@ -1,7 +1,6 @@
-"""Tables that render as text in a terminal and as HTML in a notebook.
+"""The one table of labkit: it prints as text in a terminal and renders as HTML in a notebook.
 
-`comparison_table()` regenerates the seeds' "FP32 vs FP16 vs BF16" tables from the
-formats themselves, so no number in it is typed by hand.
+Every ``*_table`` function in labkit returns one.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ import html
 from dataclasses import dataclass
 
 from labkit._validate import names, shown
-from labkit.formats.spec import FORMATS, format_names, get
 
 
 @dataclass(frozen=True)
@@ -115,39 +113,4 @@ def _cell(value) -> str:
     return str(value)
 
 
-def loss_scaling_need(fmt) -> str:
-    """Does training in this format usually need its gradients scaled? From its range."""
-    f = get(fmt)
-    fp32 = FORMATS["fp32"]
-    if f.exponent_bits >= fp32.exponent_bits:
-        return "no (fp32's exponent range)"
-    if f.bits <= 8:
-        return "yes: a scale per tensor"
-    return "usually (dynamic loss scaling)"
-
-
-def comparison_table(names=None) -> Table:
-    """Layout, range and precision of each format, computed from FloatFormat.
-
-    `names`: one format name, a list of them (an empty list: a table with no rows), or None for
-    every format.
-    """
-    rows = []
-    for name in [] if isinstance(names, (list, tuple)) and not names else format_names(names):
-        f = get(name)
-        rows.append((
-            f.name,
-            str(f.bits),
-            str(f.exponent_bits),
-            str(f.mantissa_bits),
-            f"{f.max:.5g}",
-            f"{f.smallest_normal:.3g}",
-            f"{f.smallest_subnormal:.3g}",
-            f"{f.eps:.3g}",
-            f"{f.decimal_digits:.1f}",
-            "none (a matmul mode)" if f.dtype is None else f"{f.dtype.itemsize} byte" + "s" * (f.dtype.itemsize > 1),
-            loss_scaling_need(f),
-        ))
-    columns = ("format", "bits", "exponent", "mantissa", "max", "smallest normal",
-               "smallest subnormal", "eps", "decimal digits", "storage", "needs loss scaling?")
-    return Table(columns, tuple(rows), "Floating-point formats, computed from their bit layouts")
+__all__ = ["Table"]

@@ -3,7 +3,7 @@
 import pytest
 
 import labkit.formats as lf
-from labkit.formats import Table
+from labkit.table import Table
 
 
 def test_a_table_with_no_rows_prints_its_header_and_says_so():

@@ -3,13 +3,13 @@
 ``run(config)`` (reached through ``labkit.train.run`` when ``config.devices > 1``) starts
 
     python -m torch.distributed.run --nnodes=1 --nproc-per-node=N \\
-        --master-addr=127.0.0.1 --master-port=<free port> -m labkit.distributed.torch_worker spec.json
+        --master-addr=127.0.0.1 --master-port=<free port> -m labkit.train.torch.worker spec.json
 
 one process per device (gloo on CPUs, nccl on GPUs), waits for them and reads back the
 JSON-lines log rank 0 wrote, as a `RunResult` with the usual schema plus, in ``extra``:
 
 * ``comm_bytes_per_step`` and ``collectives`` -- every collective one step launched, with the
-  dtype and element count the profiler saw (see `labkit.distributed.torch_worker`);
+  dtype and element count the profiler saw (see `labkit.train.torch.worker`);
 * ``reduce_dtype`` -- the dtype the gradients were really reduced in (the largest reduction);
 * ``sharding`` -- each parameter's full shape, per-rank local shape and stored dtype;
 * ``compute_dtypes`` -- the dtype each Linear's output had in the first forward pass;
@@ -38,8 +38,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labkit.distributed import check_engine
-from labkit.distributed._wait import wait
+from labkit.train.launch import check_engine
+from labkit.train.launch import wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
 from labkit.train.result import RunResult
@@ -63,7 +63,7 @@ def check(config: RunConfig) -> str:
         if gpus < config.devices:
             raise ValueError(f"devices={config.devices} on CUDA needs {config.devices} GPUs, this machine has "
                              f"{gpus}; use device='cpu' (gloo) or fewer devices")
-        from labkit.train.torch_runner import check_precision
+        from labkit.train.torch.stepper import check_precision
 
         check_precision(config.precision, torch.device("cuda", 0))
     if config.parallel.startswith("zero"):
@@ -76,7 +76,7 @@ def check(config: RunConfig) -> str:
 
 def _check_deepspeed(config: RunConfig, device: str) -> None:
     """ValueError, before any process starts, for a ZeRO run DeepSpeed would refuse here."""
-    from labkit.distributed.deepspeed_config import deepspeed_installed
+    from labkit.train.torch.deepspeed_config import deepspeed_installed
 
     if not deepspeed_installed():
         raise ValueError(f"parallel={config.parallel!r} runs DeepSpeed, which is not installed: "
@@ -152,8 +152,8 @@ def _launch(spec: dict, config: RunConfig, tmp: str, timeout_s: float | None) ->
 def worker_module(config: RunConfig) -> str:
     """The module torchrun starts on each rank: DeepSpeed's engine for ZeRO, else DDP / FSDP2."""
     if config.parallel.startswith("zero"):
-        return "labkit.distributed.deepspeed_worker"
-    return "labkit.distributed.torch_worker"
+        return "labkit.train.torch.deepspeed_worker"
+    return "labkit.train.torch.worker"
 
 
 def _recorded(out) -> bool:
@@ -260,7 +260,7 @@ def ddp_bf16_hooks() -> dict:
     afterwards; an existing one-rank default group is used as it is, a larger one refused:
     DDP would wait for the other ranks). Returns ``{"build": torch version,
     CUDA and NCCL of this build, "stock": "accepted" | "refused: TypeError: <DDP's message>",
-    "labkit": the same for `labkit.distributed.torch_worker.bf16_compress_hook_gloo`}``.
+    "labkit": the same for `labkit.train.torch.worker.bf16_compress_hook_gloo`}``.
     On a CPU-only build DDP refuses the stock hook by its name, before any bucket is reduced;
     labkit's copy (the same function under another name) is accepted everywhere.
     """
@@ -271,7 +271,7 @@ def ddp_bf16_hooks() -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from labkit.distributed.torch_worker import bf16_compress_hook_gloo
+    from labkit.train.torch.worker import bf16_compress_hook_gloo
 
     def register(hook) -> str:
         model = DDP(torch.nn.Linear(2, 2))

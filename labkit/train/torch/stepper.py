@@ -20,7 +20,7 @@ Autocast keeps the weights in fp32 and casts them to fp16/bf16 on the fly for th
 its lower-precision list (``linear``, ``matmul``, ...): the fp32 weights *are* the master
 weights, and ``optimizer.step`` updates them in fp32. ``model.to(torch.bfloat16)`` has no
 fp32 copy at all, which is why small updates are rounded away
-(`labkit.train.torch_extras.stalled_updates`).
+(`labkit.train.torch.lessons.stalled_updates`).
 
 Global state. The matmul precision (and, on a CPU, ``torch.use_deterministic_algorithms``)
 is set around every call into the stepper and restored on the way out, so a run leaks
@@ -48,7 +48,7 @@ from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import StepOut
-from labkit.train.torch_models import build
+from labkit.train.torch.models import build
 
 COMPUTE_DTYPES = {"fp32": None, "tf32": None, "fp16": torch.float16, "bf16": torch.bfloat16,
                   "bf16-pure": torch.bfloat16}

@@ -37,11 +37,11 @@ import numpy as np
 from labkit._validate import integer, number
 
 from labkit.train import data as D
-from labkit.train import tf_runner
+from labkit.train.tf import stepper as tf_runner
 from labkit.train.config import RunConfig
 from labkit.train.loop import train
 from labkit.train.result import RunResult
-from labkit.train.tf_models import keras, quiet_native_stderr, tf
+from labkit.train.tf.models import keras, quiet_native_stderr, tf
 
 
 @contextlib.contextmanager
@@ -268,7 +268,7 @@ def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width:
     batch_size = integer("batch_size", batch_size, minimum=1, maximum=256)
     seed = integer("seed", seed, minimum=0)
     from labkit.train import models as M
-    from labkit.train import tf_models
+    from labkit.train.tf import models as tf_models
 
     data = D.load("digits", seed=seed)
     params = M.init_params("mlp", seed=seed, width=width)

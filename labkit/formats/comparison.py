@@ -1,0 +1,45 @@
+"""The seeds' "FP32 vs FP16 vs BF16" tables, regenerated from the formats themselves, so that no
+number in them is typed by hand."""
+
+from __future__ import annotations
+
+from labkit.formats.spec import FORMATS, format_names, get
+from labkit.table import Table
+
+
+def loss_scaling_need(fmt) -> str:
+    """Does training in this format usually need its gradients scaled? From its range."""
+    f = get(fmt)
+    fp32 = FORMATS["fp32"]
+    if f.exponent_bits >= fp32.exponent_bits:
+        return "no (fp32's exponent range)"
+    if f.bits <= 8:
+        return "yes: a scale per tensor"
+    return "usually (dynamic loss scaling)"
+
+
+def comparison_table(names=None) -> Table:
+    """Layout, range and precision of each format, computed from FloatFormat.
+
+    `names`: one format name, a list of them (an empty list: a table with no rows), or None for
+    every format.
+    """
+    rows = []
+    for name in [] if isinstance(names, (list, tuple)) and not names else format_names(names):
+        f = get(name)
+        rows.append((
+            f.name,
+            str(f.bits),
+            str(f.exponent_bits),
+            str(f.mantissa_bits),
+            f"{f.max:.5g}",
+            f"{f.smallest_normal:.3g}",
+            f"{f.smallest_subnormal:.3g}",
+            f"{f.eps:.3g}",
+            f"{f.decimal_digits:.1f}",
+            "none (a matmul mode)" if f.dtype is None else f"{f.dtype.itemsize} byte" + "s" * (f.dtype.itemsize > 1),
+            loss_scaling_need(f),
+        ))
+    columns = ("format", "bits", "exponent", "mantissa", "max", "smallest normal",
+               "smallest subnormal", "eps", "decimal digits", "storage", "needs loss scaling?")
+    return Table(columns, tuple(rows), "Floating-point formats, computed from their bit layouts")

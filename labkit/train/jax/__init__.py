@@ -1,0 +1,1 @@
+"""labkit's JAX/Flax room: the models, the stepper and the lessons that run on JAX/Flax."""
