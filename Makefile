@@ -68,7 +68,7 @@ doctor: install  ## what hardware is here, which precision to use
 
 bench: install  ## measured speed and memory on this machine (prints figures; asserts nothing)
 	$(BIN)/labkit bench --framework torch,jax,tf --precision fp32,bf16,fp16 --model mlp,transformer
-	$(BIN)/python benchmarks/bench_simulate.py
+	$(BIN)/python benchmarks/scaler_replay.py
 	$(BIN)/python benchmarks/bench_explorer.py
 
 clean:

@@ -8,6 +8,8 @@ run on a machine with none of them.
 
 import ast
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 FRAMEWORKS = {"torch", "jax", "flax", "optax", "jmp", "tensorflow", "keras", "deepspeed", "tf_keras"}
@@ -39,6 +41,16 @@ def _missing_framework(path: Path) -> str | None:
         if importlib.util.find_spec(name) is None:
             return name
     return None
+
+
+# Strict numerics, as equinox's tests/conftest.py sets them: JAX promotes no dtype silently
+# (float16 + float32 raises TypePromotionError; a Python scalar still adapts), for the whole
+# session. Set through JAX's own environment variable, read when jax is imported, so this file
+# imports no jax (none at all where it is not installed) and the child processes the
+# distributed engine starts are strict too.
+os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
+if "jax" in sys.modules:  # imported already (a plugin): set it on the live config too
+    sys.modules["jax"].config.update("jax_numpy_dtype_promotion", "strict")
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -14,9 +14,9 @@ __version__ = "0.1.0"
 
 import importlib
 
-from labkit import formats, hardware, memory
+from labkit import formats, hardware, memory, table
 
-_LAZY = ("bench", "checks", "claims", "evidence", "memory_plots", "scaling", "train", "widgets")  # heavier, or need the rest
+_LAZY = ("bench", "checks", "claims", "colab", "evidence", "scaling", "train", "widgets")  # heavier, or need the rest
 
 
 def __getattr__(name):
@@ -25,4 +25,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "formats", "hardware", "memory", *_LAZY]
+__all__ = ["__version__", "formats", "hardware", "memory", "table", *_LAZY]

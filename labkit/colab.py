@@ -104,3 +104,6 @@ def badge(notebook) -> str:
     """The "Open in Colab" markdown badge for ``notebook``; each notebook's first markdown
     cell carries its own."""
     return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(notebook)})"
+
+
+__all__ = ["badge", "colab_url", "on_colab"]

@@ -209,6 +209,28 @@ def _fp8_traces(ctx=None):
     return {"current": scaling.current_scaling([np.full(4, 0.5), np.full(4, 2.0)])}
 
 
+def _sharded(ctx=None, **extra):
+    """A 2-device torch run's result as the engines record it: FSDP2 with its all-gathers, or (with extra) ZeRO."""
+    from labkit.train import RunResult
+
+    kw = dict(devices=2, parallel="fsdp", steps=2)
+    if "zero_stage" in extra:
+        kw.update(parallel="zero2", precision="bf16")
+    base = {"collectives": [{"op": "allgather_into_tensor", "dtype": "bf16", "elements": 8, "bytes": 16}],
+            "comm_bytes_per_step": 16, "sharding": [], "compute_dtypes": {}}
+    return RunResult(_config(**kw), losses=[2.3, 2.2], step_times=[0.01, 0.01], status="ok", device="cpu",
+                     extra={**base, **extra})
+
+
+def _zero_run(ctx=None):
+    rank = {"parameter_bytes": 100, "master_weight_bytes": 100, "optimizer_state_bytes": 200}
+    return _sharded(zero_stage=2, world_size=2, memory_by_rank=[dict(rank), dict(rank)])
+
+
+def _grads(ctx=None):
+    return {"w": np.array([1e-3, 2e-8, 0.0, 4.0])}
+
+
 def _subparsers(ctx=None):
     return argparse.ArgumentParser().add_subparsers()
 
@@ -260,6 +282,14 @@ OVERRIDES = {
     ("labkit.bench.Peak", "chip"): "T4",
     ("labkit.bench.Peak", "pattern"): r"\bT4\b",
     ("labkit.bench.Peak", "tflops"): Make(lambda ctx: {"fp16": 65.0}),
+    ("labkit.train.jax.hlo.Collective", "op"): "all-reduce",
+    ("labkit.train.jax.hlo.Collective", "dtype"): "f32",
+    ("labkit.train.jax.hlo.Collective", "shape"): (4,),
+    ("labkit.train.jax.hlo.Collective", "bytes"): 16,
+    ("labkit.train.jax.hlo.collectives", "program"): "%ar = f32[4]{0} all-reduce(%g), to_apply=%add",
+    ("labkit.train.jax.hlo.hlo_text", "program"): "%ar = f32[4]{0} all-reduce(%g), to_apply=%add",
+    ("labkit.train.jax.hlo.hlo_summary", "hlo_text"): "%d = f32[4,4]{1,0} dot(%a, %b)",
+    ("labkit.train.jax.hlo.total_bytes", "found"): Make(lambda ctx: []),
     ("labkit.bench.Peak", "source"): "https://www.nvidia.com/",
     ("labkit.claims.get", "claim"): "speed",
     ("labkit.claims.verdict", "claim"): "speed",
@@ -292,7 +322,8 @@ OVERRIDES = {
     ("labkit.scaling.record_gradients", "steps"): 3,
     ("labkit.scaling.record_gradients", "batch_size"): 8,
     ("labkit.scaling.record_gradients", "hidden"): 8,
-    ("labkit.scaling.Seed004DynamicLossScaler.unscale_gradients", "optimizer"): Make(_torch_optimizer),
+    ("labkit.scaling.seeds.DynamicLossScaler.unscale_gradients", "optimizer"): Make(_torch_optimizer),
+    ("labkit.scaling.OptaxApplyIfFinite", "max_consecutive_errors"): 0,  # required, as in optax
     ("labkit.scaling.OptaxApplyIfFinite.create", "max_consecutive_errors"): 0,
     ("labkit.table.Table.column", "name"): "a",
     ("labkit.formats.plot_values", "names"): ("fp8_e4m3", "fp8_e5m2"),
@@ -323,12 +354,41 @@ OVERRIDES = {
     ("labkit.bench.emulation_table", "n"): 16,
     ("labkit.bench.emulation_table", "max_seconds"): 1.0,
     ("labkit.checks.close", "rel"): 0.1,
+    # labkit.train: its lessons, data, models and reports
+    ("labkit.train.gradient_error", "grads"): Make(lambda ctx: {"w": np.array([1e-3, 0.0, 0.0, 4.0])}),
+    ("labkit.train.gradient_error", "reference"): Make(_grads),
+    ("labkit.train.gradient_error_table", "results"): Make(lambda ctx: {"fp16": __import__(
+        "labkit.train", fromlist=["x"]).gradient_error({"w": np.array([1e-3, 0.0, 0.0, 4.0])}, _grads(), "fp16")}),
+    ("labkit.train.moved_fraction", "config"): Make(lambda ctx: _config(width=16)),  # warm: 5 s, then 0.2 s a call
+    ("labkit.train.moved_fraction", "steps"): 1,
+    ("labkit.train.data.batches", "data"): Make(lambda ctx: __import__("labkit.train.data", fromlist=["x"]).load()),
+    ("labkit.train.data.Dataset.tokens", "x"): Make(lambda ctx: np.array([[0.0, 0.5, 1.0]], np.float32)),
+    ("labkit.train.models.count_params", "params"): Make(
+        lambda ctx: __import__("labkit.train.models", fromlist=["x"]).init_params("mlp", width=8)),
+    ("labkit.train.models.reference_logits", "params"): Make(
+        lambda ctx: __import__("labkit.train.models", fromlist=["x"]).init_params("mlp", width=8)),
+    ("labkit.train.models.reference_logits", "x"): Make(lambda ctx: np.full((2, 64), 0.5, np.float32)),
+    ("labkit.train.report.gathered", "result"): Make(_sharded),
+    ("labkit.train.report.gather_table", "results"): Make(lambda ctx: {"fsdp": _sharded()}),
+    ("labkit.train.report.step_time_table", "results"): Make(lambda ctx: {"fsdp": _sharded()}),
+    ("labkit.train.report.zero_memory_table", "result"): Make(_zero_run),
+    ("labkit.train.report.loss_gap", "a"): Make(lambda ctx: _result()),
+    ("labkit.train.report.loss_gap", "b"): Make(lambda ctx: _result()),
+    ("labkit.train.torch.deepspeed_config.engine_config", "config"): Make(lambda ctx: _zero_run().config),
+    ("labkit.train.torch.deepspeed_config.zero_memory", "ranks"): 2,
+    ("labkit.train.torch.deepspeed_config.zero_memory", "stage"): 2,
+    ("labkit.train.torch.distributed.check", "config"): Make(lambda ctx: _config(devices=2)),
+    ("labkit.train.torch.distributed.compare", "config"): Make(lambda ctx: _config(devices=2)),
+    ("labkit.train.torch.distributed.collectives_table", "result"): Make(_sharded),
+    ("labkit.train.torch.distributed.sharding_table", "result"): Make(_sharded),
+    ("labkit.train.torch.distributed.skip_table", "result"): Make(_sharded),
+    ("labkit.widgets.explorer_view", "entry"): "0x3c00",  # the function labkit.widgets exports
 }
 
 
 def _instances():
     """An example instance of each public class, for its methods and, for a record, its constructor."""
-    from labkit import checks, claims, evidence, hardware, memory_plots, scaling, train, widgets
+    from labkit import checks, claims, evidence, hardware, memory, scaling, train, widgets
     from labkit import formats as lf
 
     report = _report("T4")
@@ -349,20 +409,23 @@ def _instances():
         "labkit.claims.Claim": lambda: claims.get("speed"),
         "labkit.claims.Verdict": lambda: claims.Verdict(1.0, "x", True),
         "labkit.evidence.Evidence": lambda: evidence.stored()[0],
-        "labkit.memory_plots.Breakdown": lambda: memory_plots.modelled("mlp", 8, "fp32"),
+        "labkit.memory.Breakdown": lambda: memory.modelled("mlp", 8, "fp32"),
+        "labkit.memory.MemoryReport": lambda: memory.MemoryReport("torch", parameter_bytes=4, optimizer_state_bytes=8),
         "labkit.scaling.Preset": lambda: scaling.get_preset("torch"),
         "labkit.scaling.Trace": lambda: scaling.simulate("torch", [False, True]),
         "labkit.scaling.Fractions": lambda: scaling.fractions([1e-3, 1.0], "fp16"),
         "labkit.scaling.ScaleRange": lambda: scaling.safe_scale_range([1e-3, 1.0], "fp16"),
         "labkit.scaling.GradientRecord": lambda: scaling.record_gradients(3, batch_size=8, hidden=8),
         "labkit.scaling.fp8.Fp8Trace": lambda: _fp8_traces()["current"],
-        "labkit.scaling.Seed004DynamicLossScaler": lambda: scaling.Seed004DynamicLossScaler(),
+        "labkit.scaling.seeds.DynamicLossScaler": lambda: scaling.seeds.DynamicLossScaler(),
         "labkit.train.RunConfig": lambda: _config(),
         "labkit.train.RunResult": lambda: _result(),
         "labkit.train.StepOut": lambda: train.StepOut(1.0, 0.5),
         "labkit.widgets.FormatExplorer": lambda: widgets.FormatExplorer(),
         "labkit.widgets.LossScaleExplorer": lambda: widgets.LossScaleExplorer([1e-3, 0.5, 2.0]),
         "labkit.widgets.ScalerPlayground": lambda: widgets.ScalerPlayground(),
+        "labkit.train.GradientError": lambda: train.gradient_error(_grads(), _grads(), "fp16"),
+        "labkit.train.data.Dataset": lambda: __import__("labkit.train.data", fromlist=["x"]).load(),
     }
 
 
@@ -370,6 +433,10 @@ def _instances():
 NOT_CALLED = {
     "labkit.scaling.ScalerStopped": "an exception class: its constructor takes any message",
     "labkit.train.RunFailed": "an exception class: its constructor takes any message and result",
+    "labkit.train.torch.distributed.run": "launches torchrun workers for a good config with any valid timeout_s (the "
+                                          "bad set's 7 and 2.5 are valid): labkit.train.launch.run_distributed, its "
+                                          "public entry, is fuzzed (bad values only); tests/distributed/"
+                                          "test_torch_dist.py runs it",
 }
 BAD_ONLY = {
     "labkit.train.run": "a good call trains a model (seconds to minutes): only bad values, each of which must "
@@ -378,6 +445,8 @@ BAD_ONLY = {
                               "be refused before anything starts",
     "labkit.cli.run_bench": "a good call runs the benchmark: only bad values, each of which must be refused "
                             "before anything starts",
+    "labkit.train.torch.distributed.compare": "a good call trains three runs (one on torchrun workers): only bad "
+                                              "values, each of which must be refused before anything starts",
     "labkit.scaling.keras_scale_to_zero": "a good call imports TensorFlow and runs 143 real optimizer steps: only bad "
                                           "values, each of which must be refused before anything starts",
 }
@@ -419,8 +488,20 @@ def _declares_all(spec) -> bool:
 
 
 NOT_WALKED = {
-    "labkit.train.jax.distributed": "the JAX distributed engine: its names take compiled JAX programs and meshes, "
-                                   "and tests/distributed/test_jax_dist.py runs them with JAX",
+    "labkit.train.jax": "the JAX/Flax room: its names take JAX arrays, Flax trees, meshes and compiled programs; "
+                        "tests/train/test_jax_*.py and tests/distributed/test_jax_dist.py run them with JAX",
+    "labkit.train.torch": "the PyTorch room: every module in it imports torch (its __init__ through them), and "
+                          "tests/train/test_torch_*.py and tests/distributed/test_{torch_dist,deepspeed_run}.py run "
+                          "it with torch",
+    "labkit.train.tf": "the TensorFlow room: every module in it imports TensorFlow (its __init__ through them), "
+                       "and tests/train/test_tf_*.py and tests/distributed/test_tf_dist.py run it with TensorFlow",
+    "labkit.train.tf.stepper": "the TensorFlow stepper: a good TFStepper builds a Keras model and traces its step "
+                               "(seconds per instance); tests/train/test_tf_*.py run it with TensorFlow",
+    "labkit.train.tf.lessons": "the TensorFlow lessons: their names take Keras models, switch global policies and "
+                               "train real runs; tests/train/test_tf_extras.py runs them with TensorFlow",
+    "labkit.train.tf.distributed": "the TensorFlow distributed engine: a good call starts a MirroredStrategy "
+                                   "subprocess and its names take traced TensorFlow graphs and steppers; "
+                                   "tests/distributed/test_tf_dist.py runs them with TensorFlow",
 }
 """Modules that declare an __all__ but are not fuzzed here, with the reason."""
 

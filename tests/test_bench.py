@@ -5,6 +5,8 @@ import json
 import pytest
 
 from labkit import bench, cli, memory
+from labkit.bench.matmul import _versus
+from labkit.bench.records import _duration
 
 TINY = dict(batch_size=32, width=32, warmup=1, steps=2)
 FIELDS = {"framework", "precision", "model", "batch_size", "step_time_s", "samples_per_s", "speedup_vs_fp32",
@@ -161,7 +163,7 @@ def test_a_killed_bench_keeps_the_cells_it_finished(tmp_path):
 
 
 def test_the_time_left_reads_in_seconds_or_minutes():
-    assert bench._duration(42.4) == "42 s" and bench._duration(125) == "2 min 05 s"
+    assert _duration(42.4) == "42 s" and _duration(125) == "2 min 05 s"
 
 
 def test_cli_prints_a_line_per_cell_a_table_and_writes_json_and_plot(tmp_path, capsys):
@@ -294,7 +296,7 @@ def test_emulation_table_says_native_or_emulated_as_the_hardware_does_and_times_
 
 
 def test_versus_reads_faster_slower_or_as_fast():
-    assert (bench._versus(1.0, 0.25), bench._versus(1.0, 3.0), bench._versus(1.0, 1.02)) == (
+    assert (_versus(1.0, 0.25), _versus(1.0, 3.0), _versus(1.0, 1.02)) == (
         "4.0x faster", "3.0x slower", "as fast")
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from labkit import bench, claims
 from labkit.claims import CLAIMS, Claim, Verdict, summary_table, verdict, verdict_table
+from labkit.claims.records import _device_kind
+from labkit.claims.verdicts import _reading
 from labkit.train import PRECISIONS, RunConfig, run
 
 BASE = dict(framework="torch", model="mlp", shape="aligned", batch_size=512, width=1024, status="ok",
@@ -78,7 +80,7 @@ def test_slow_16_bit_names_the_cause_the_hardware_gives():
     assert "has no bf16 Tensor Cores" in verdict("speed", t4).text
     fp16 = verdict("speed", [rec("fp32", 0.02), rec("fp16", 2.0)])
     here = hardware.native_precision("torch", "fp16", hardware.HardwareReport(hardware.detect_cpu()))
-    assert fp16.value == pytest.approx(0.01) and claims._reading(0.01, here) in fp16.text
+    assert fp16.value == pytest.approx(0.01) and _reading(0.01, here) in fp16.text
 
 
 def test_only_matching_finished_runs_are_compared():
@@ -186,9 +188,9 @@ def test_a_16_bit_run_more_accurate_than_fp32_reads_as_better_not_as_a_loss():
 
 def test_a_cpu_record_that_mentions_gpus_is_read_as_a_cpu_record():
     cpu = "cpu (Xeon, native bf16: amx_bf16; TF32 is a GPU format: tf32 runs as fp32 here)"
-    assert claims._device_kind({"device": cpu}) == "cpu"
-    assert claims._device_kind({"device": "cuda:0 (NVIDIA H200, compute capability 9.0)"}) == "gpu"
-    assert claims._device_kind({"device": "tpu (TPU v4)"}) == "tpu"
+    assert _device_kind({"device": cpu}) == "cpu"
+    assert _device_kind({"device": "cuda:0 (NVIDIA H200, compute capability 9.0)"}) == "gpu"
+    assert _device_kind({"device": "tpu (TPU v4)"}) == "tpu"
     records = [dict(BASE, device=cpu, precision=p, step_time_s=t) for p, t in (("fp32", 0.06), ("bf16", 0.02))]
     assert "GPU" not in claims.speed_table(records).column("reading")[0]
     assert "needs training runs" in verdict("lossless", [rec("fp32"), rec("bf16")]).text
@@ -271,13 +273,13 @@ def test_the_reading_follows_the_hardware_and_the_measurement():
     from labkit.hardware import Native
 
     native, emulated = Native(True, "the CPU's avx512_bf16 instructions"), Native(False, "bf16 is emulated")
-    assert claims._reading(3.1, native) == "faster: the CPU's avx512_bf16 instructions"
-    assert claims._reading(1.0, native).startswith("about as fast: native")
-    assert claims._reading(0.6, native).startswith("slower: native, but the casts")
-    assert claims._reading(0.02, native).startswith("much slower, although native")
-    assert claims._reading(0.02, emulated) == "slower: emulated (bf16 is emulated)"
-    assert claims._reading(1.0, emulated) == "no faster: emulated (bf16 is emulated)"
-    assert claims._reading(1.5, emulated).startswith("faster, although emulated")
+    assert _reading(3.1, native) == "faster: the CPU's avx512_bf16 instructions"
+    assert _reading(1.0, native).startswith("about as fast: native")
+    assert _reading(0.6, native).startswith("slower: native, but the casts")
+    assert _reading(0.02, native).startswith("much slower, although native")
+    assert _reading(0.02, emulated) == "slower: emulated (bf16 is emulated)"
+    assert _reading(1.0, emulated) == "no faster: emulated (bf16 is emulated)"
+    assert _reading(1.5, emulated).startswith("faster, although emulated")
 
 
 def test_speed_table_pairs_each_16_bit_record_with_its_fp32_and_asks_the_hardware():
@@ -295,7 +297,7 @@ def test_speed_table_pairs_each_16_bit_record_with_its_fp32_and_asks_the_hardwar
     assert t.column("measured") == ["2.00x fp32's speed", "40.0x slower (batch 64, width 256)"]
     here = hardware.HardwareReport(hardware.detect_cpu())
     bf16, fp16 = (hardware.native_precision("torch", p, here) for p in ("bf16", "fp16"))
-    assert t.column("reading") == [claims._reading(2.0, bf16), claims._reading(1 / 40, fp16)]
+    assert t.column("reading") == [_reading(2.0, bf16), _reading(1 / 40, fp16)]
     with pytest.raises(TypeError, match="list of records"):
         claims.speed_table({"speed": records})
 

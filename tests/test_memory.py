@@ -102,3 +102,71 @@ def test_seed004_comparison_shows_the_mixed_total_right_and_the_fp32_total_wrong
     assert rows["optimizer states (Adam)"] == ("12", "8", "16", "8")
     with pytest.raises(ValueError):
         memory.seed004_comparison(0)
+
+
+# -- the shapes and the vocabulary are labkit.train's, without importing it ------------------------
+def test_memory_never_imports_labkit_train():
+    import subprocess
+    import sys
+
+    code = ("import sys, labkit.memory, labkit.memory.plots; "
+            "print(sorted(m for m in sys.modules if m.startswith('labkit.train') or m in ('torch', 'jax', 'tensorflow')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_shapes_are_the_ones_labkit_train_builds():
+    from labkit.memory import shapes
+    from labkit.train import config, data, models
+
+    for model in config.MODELS:
+        for width in (None, 32, 64):
+            assert shapes.param_shapes(model, width) == [(n, s) for n, s, _ in models.param_layout(model, width)]
+    assert (shapes.N_CLASSES, shapes.N_PIXELS, shapes.DEFAULT_WIDTH) == (models.N_CLASSES, models.N_PIXELS,
+                                                                      models.DEFAULT_WIDTH)
+    assert shapes.PIXEL_LEVELS == data.PIXEL_LEVELS
+    for width in (None, 32):
+        a, b = shapes.transformer_shape(width), models.transformer_shape(width)
+        assert (a.d_model, a.heads, a.layers, a.d_head) == (b.d_model, b.heads, b.layers, b.d_head)
+    assert (shapes.MODELS, shapes.MAX_BATCH_SIZE, shapes.MAX_WIDTH) == (config.MODELS, config.MAX_BATCH_SIZE,
+                                                                       config.MAX_WIDTH)
+
+
+def test_one_vocabulary_for_precision_labkit_train_s():
+    from labkit.train.config import PRECISIONS
+
+    assert memory.PRECISIONS == PRECISIONS
+    assert set(memory.LAYOUT) == set(PRECISIONS) and set(memory.LAYOUT.values()) <= set(memory.LAYOUTS)
+    for precision in PRECISIONS:  # a train precision counts as its layout
+        assert memory.model_state_bytes(10, precision) == memory.model_state_bytes(10, memory.LAYOUT[precision])
+    with pytest.raises(ValueError, match="unknown precision 'fp8'; choose one of 'fp32', 'mixed'"):
+        memory.model_state_bytes(10, "fp8")
+
+
+# -- MemoryReport ------------------------------------------------------------------------------------
+def test_a_memory_report_writes_the_keys_run_logs_have_always_had():
+    r = memory.MemoryReport("tf", parameter_bytes=4, optimizer_state_bytes=8, device="gpu", peak_bytes=64,
+                            current_bytes=32)
+    assert r.to_dict() == {"parameter_bytes": 4, "optimizer_state_bytes": 8, "gpu_peak_bytes": 64,
+                           "gpu_current_bytes": 32}
+    assert memory.MemoryReport.from_dict("tf", r.to_dict()) == r
+    jax = {"parameter_bytes": 4, "optimizer_state_bytes": 8, "step_temp_bytes": 3, "process_device_bytes_limit": 9,
+           "parameter_bytes_per_device": [2, 2]}
+    assert memory.MemoryReport.from_dict("jax", jax).to_dict() == jax
+    assert memory.MemoryReport.from_dict("torch", {"parameter_bytes": 1e3, "replicas_of_nothing": 1}).to_dict() == \
+        {"parameter_bytes": 1000}  # a float read back from JSON is its integer; an unknown key is left out
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: memory.MemoryReport("mxnet"), ValueError, "unknown framework .mxnet.; choose one of"),
+    (lambda: memory.MemoryReport("torch", parameter_bytes=-1), ValueError, "parameter_bytes must be an integer >= 0"),
+    (lambda: memory.MemoryReport("torch", parameter_bytes=1.5), TypeError, "parameter_bytes must be an integer"),
+    (lambda: memory.MemoryReport("torch", peak_bytes=5), ValueError, "need the device"),
+    (lambda: memory.MemoryReport("torch", device="tpu", peak_bytes=5), ValueError, "need the device"),
+    (lambda: memory.MemoryReport("jax", parameter_bytes_per_device=3), TypeError, "a list of byte counts"),
+    (lambda: memory.MemoryReport.from_dict("torch", [1]), TypeError, "mem must be a runner's memory dict"),
+    (lambda: memory.MemoryReport.from_dict("torch", {"gradient_bytes": "x"}), TypeError, "gradient_bytes"),
+])
+def test_a_memory_report_refuses_what_is_not_a_byte_count(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

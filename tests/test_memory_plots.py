@@ -1,11 +1,11 @@
-"""labkit.memory_plots: the modelled breakdown against real PyTorch runs, the reading of each
+"""labkit.memory.breakdown and labkit.memory.plots: the modelled breakdown against real PyTorch runs, the reading of each
 runner's memory dict, the table and the figures."""
 
 
 import pytest
 
-from labkit import bench, memory, memory_plots
-from labkit.memory_plots import (
+from labkit import bench, memory
+from labkit.memory import (
     SEGMENTS,
     batch_figure,
     measured,
@@ -72,17 +72,17 @@ def test_tensorflow_on_a_cpu_has_no_activation_count_so_no_total():
     mem = {"parameter_bytes": 400, "gradient_bytes": 400, "optimizer_state_bytes": 812}
     b = measured("tf", mem)
     assert b.total is None and not b.complete and "CPU" in b.note
-    assert memory_plots.total_bytes("tf", mem) == (None, b.note)
+    assert memory.total_bytes("tf", mem) == (None, b.note)
     on_gpu = measured("tf", dict(mem, gpu_peak_bytes=5000))
-    assert memory_plots.total_bytes("tf", dict(mem, gpu_peak_bytes=5000)) == (5000, "allocator peak")
+    assert memory.total_bytes("tf", dict(mem, gpu_peak_bytes=5000)) == (5000, "allocator peak")
     assert on_gpu.peak == 5000
 
 
 def test_a_cuda_peak_is_preferred_to_the_sum_of_parts():
     mem = dict(parameter_bytes=4, gradient_bytes=4, optimizer_state_bytes=8, saved_activation_bytes=4,
                saved_weight_copy_bytes=0)
-    assert memory_plots.total_bytes("torch", mem) == (20, "sum of measured parts")
-    assert memory_plots.total_bytes("torch", dict(mem, cuda_max_memory_allocated_bytes=99)) == (99, "allocator peak")
+    assert memory.total_bytes("torch", mem) == (20, "sum of measured parts")
+    assert memory.total_bytes("torch", dict(mem, cuda_max_memory_allocated_bytes=99)) == (99, "allocator peak")
 
 
 @pytest.mark.parametrize("call, error, match", [
@@ -123,17 +123,17 @@ def test_table_can_show_the_model_alone_and_refuses_other_sources(records):
 
 
 def test_difference_table_explains_every_byte_the_model_leaves_out(records):
-    t = memory_plots.difference_table(records)
+    t = memory.difference_table(records)
     assert t.column("precision") == ["fp32", "bf16", "bf16-pure"]
     assert set(t.column("weights")) == set(t.column("gradients")) == set(t.column("16-bit weight copies")) == {"+0"}
     assert set(t.column("optimizer states")) == {"+24"} and set(t.column("activations")) == {"+4"}
     assert set(t.column("what the model leaves out")) == {
         "Adam's step counters, 4 B x 6 tensors; nll_loss's total-weight scalar, 4 B"}
     odd = dict(records[0], memory=dict(records[0]["memory"], saved_activation_bytes=1))
-    assert "activations: " in memory_plots.difference_table([odd]).column("what the model leaves out")[0]
-    assert "unexplained" in memory_plots.difference_table([odd]).column("what the model leaves out")[0]
+    assert "activations: " in memory.difference_table([odd]).column("what the model leaves out")[0]
+    assert "unexplained" in memory.difference_table([odd]).column("what the model leaves out")[0]
     with pytest.raises(ValueError, match="needs finished PyTorch records"):
-        memory_plots.difference_table([dict(r, framework="jax") for r in records])
+        memory.difference_table([dict(r, framework="jax") for r in records])
 
 
 def test_memory_figure_stacks_each_part_of_each_bar(records):
@@ -141,7 +141,7 @@ def test_memory_figure_stacks_each_part_of_each_bar(records):
     (ax,) = fig.axes
     assert len(ax.get_xticks()) == 6
     bars = ax.patches
-    nonzero = sum(1 for r in records for b in memory_plots._record_pair(r) for s in SEGMENTS if b.parts[s])
+    nonzero = sum(1 for r in records for b in memory.plots._record_pair(r) for s in SEGMENTS if b.parts[s])
     assert len(bars) == nonzero
     # the top of the measured bf16 bar is its total
     m = measured("torch", records[1]["memory"])
@@ -193,12 +193,12 @@ def test_batch_figure_wants_one_framework_and_matching_batches(records):
     (lambda: measured("torch", {"parameter_bytes": -1}), ValueError, "must be an integer >= 0"),
     (lambda: measured("torch", {"parameter_bytes": "10"}), TypeError, "must be an integer"),
     (lambda: modelled("mlp", 8, "fp32", width=[]), TypeError, "width must be an integer"),  # was "unhashable"
-    (lambda: memory_plots.weight_copy_elements("mlp", 0), ValueError, "width must be an integer from 1"),
+    (lambda: memory.weight_copy_elements("mlp", 0), ValueError, "width must be an integer from 1"),
     (lambda: memory_table(None), TypeError, "records must be a list"),
     (lambda: memory_table([], "modelled, measured"), ValueError, "sources must name 'modelled' and/or 'measured'"),
     (lambda: memory_figure([], dpi=0), ValueError, "dpi must be an integer from 10 to 1000"),
     (lambda: memory_figure([], dpi=2.5), TypeError, "dpi must be an integer"),
-    (lambda: memory_plots.batch_figure([], speed="no"), TypeError, "speed must be True or False"),
+    (lambda: memory.batch_figure([], speed="no"), TypeError, "speed must be True or False"),
 ])
 def test_bad_parts_and_figure_options_are_refused(call, error, words):
     with pytest.raises(error, match=words):
@@ -217,8 +217,8 @@ def test_the_model_is_counted_from_its_layout_not_built():
     for model, width in (("mlp", 64), ("transformer", 32)):
         params = init_params(model, width=width)
         assert [(n, s) for n, s, _ in param_layout(model, width)] == [(n, v.shape) for n, v in params.items()]
-        assert memory_plots._counts(model, width)[0] == count_params(params)
-    n, copies, tensors = memory_plots._counts("transformer", 2**16)
+        assert memory.activations.counts(model, width)[0] == count_params(params)
+    n, copies, tensors = memory.activations.counts("transformer", 2**16)
     assert n > 4 * 10**9 and copies < n and tensors > 10
 
 

@@ -80,16 +80,40 @@ def test_lab_command_listens_on_localhost_and_keeps_the_token():
     assert "allow_origin" not in lab and "0.0.0.0" not in makefile
 
 
+# the import-light core (DESIGN.md, principle 3): numpy, ml_dtypes, matplotlib, ipywidgets, never a framework
+CORE = ("labkit.formats", "labkit.scaling", "labkit.memory", "labkit.hardware", "labkit.widgets", "labkit.table")
+FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "flax", "optax", "jmp", "tensorflow", "keras", "tf_keras", "deepspeed")
+_IMPORT_CORE = """
+import importlib, json, pkgutil, sys
+heavy = lambda: sorted(m for m in sys.modules if m.split(".")[0] in {frameworks})
+blamed = {{}}
+def load(module):
+    seen = set(heavy())
+    loaded = importlib.import_module(module)
+    if set(heavy()) - seen:
+        blamed[module] = sorted(set(heavy()) - seen)[:5]
+    return loaded
+load("labkit")  # the package itself only: its frameworks' rooms are not core
+for name in {core}:
+    package = load(name)
+    for sub in pkgutil.walk_packages(getattr(package, "__path__", []), name + "."):
+        load(sub.name)
+print(json.dumps(blamed))
+"""
+
+
 def test_the_core_imports_no_framework():
+    """``import labkit`` and every module of the core packages, imported in one fresh process, import
+    no framework; a framework that appears is blamed on the module whose import brought it in."""
+    import json
     import subprocess
     import sys
 
-    code = (
-        "import sys, labkit, labkit.formats\n"
-        "heavy = {'torch', 'jax', 'tensorflow', 'keras', 'flax'} & set(sys.modules)\n"
-        "assert not heavy, heavy\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    code = _IMPORT_CORE.format(frameworks=set(FRAMEWORK_PACKAGES), core=CORE)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    blamed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert blamed == {}, f"these core modules import a framework (module: first framework modules): {blamed}"
 
 
 def test_the_wheel_ships_the_stored_evidence(tmp_path):

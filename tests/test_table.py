@@ -15,7 +15,7 @@ def test_a_table_with_no_rows_prints_its_header_and_says_so():
 
 @pytest.mark.parametrize("make", [
     lambda: lf.comparison_table([]),
-    lambda: __import__("labkit.memory_plots", fromlist=["x"]).memory_table([]),
+    lambda: __import__("labkit.memory", fromlist=["x"]).memory_table([]),
     lambda: __import__("labkit.bench", fromlist=["x"]).table([]),
     lambda: __import__("labkit.claims", fromlist=["x"]).claims_table([]),
     lambda: __import__("labkit.claims", fromlist=["x"]).speed_table([]),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -79,11 +78,9 @@ def _nvidia_driver() -> str | None:
 
 
 def _versions() -> dict:
-    from labkit.hardware import PACKAGES
-    from labkit.hardware.detect import _version
+    from labkit.hardware import package_versions
 
-    return {"python": platform.python_version(), "labkit": _version("labkit"),
-            **{p: v for p in PACKAGES if (v := _version(p))}}
+    return {p: v for p, v in package_versions().items() if v}
 
 
 def document(kind: str, records: list, *, command: str, complete: bool, machine: dict | None = None,

@@ -28,7 +28,7 @@ which gives the Ampere RTX 3090 fp16 and any GPU it does not list fp32.
 """
 
 from labkit.hardware.advice import PRECISIONS, Advice, Native, advise, native_precision, native_table
-from labkit.hardware.detect import PACKAGES, detect, detect_cpu
+from labkit.hardware.detect import PACKAGES, detect, detect_cpu, package_versions
 from labkit.hardware.examples import (
     EXAMPLES, SEED_004_TABLE, advice_table, example_report, seed_004_comparison, seed_004_select_precision,
 )
@@ -49,6 +49,7 @@ __all__ = [
     "ISA_LEVELS",
     "KNOWN_GPUS",
     "PACKAGES",
+    "package_versions",
     "PRECISIONS",
     "SEED_004_TABLE",
     "Advice",

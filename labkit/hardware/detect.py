@@ -46,14 +46,12 @@ def detect(frameworks: Iterable[str] = FRAMEWORKS) -> HardwareReport:
         tpus.append(found_tpus)
     env_tpu = tpu_from_environment(os.environ)
     tpus.append((env_tpu,) if env_tpu else ())
-    versions = {"python": platform.python_version(), "labkit": _version("labkit")}
-    versions.update({p: _version(p) for p in PACKAGES})
     return HardwareReport(
         cpu=detect_cpu(),
         gpus=next((g for g in gpus if g), None) or _nvidia_smi_gpus(),  # the first source that saw any
         tpus=next((t for t in tpus if t), ()),
         frameworks=tuple(infos),
-        versions=versions,
+        versions=package_versions(),
         system=f"{platform.system()} {platform.release()} {platform.machine()}",
     )
 
@@ -75,6 +73,11 @@ def detect_cpu() -> CPUInfo:
         model, flags, source = "", (), "nowhere (no /proc/cpuinfo or sysctl here)"
     caps = parse_isa_caps(os.environ) if arch.lower() in ("x86_64", "amd64", "i386", "i686") else {}
     return CPUInfo(model or platform.processor() or arch or "unknown", arch, flags, cores, source, caps)
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python's version, labkit's, and each of `PACKAGES`' (None: not installed)."""
+    return {"python": platform.python_version(), "labkit": _version("labkit"), **{p: _version(p) for p in PACKAGES}}
 
 
 def _version(dist: str) -> str | None:
@@ -174,16 +177,47 @@ def _probe_jax():
     return backend, names, settings, gpus, tpus
 
 
-@contextlib.contextmanager
-def quiet_native_logs():
-    """Silence a native library's start-up log (TensorFlow's) for the ``with`` block only.
+TF_STARTUP_NOISE = (
+    "All log messages before absl::InitializeLog() is called are written to STDERR",
+    "oneDNN custom operations are on",
+    "Could not find cuda drivers on your machine",
+    "failed call to cuInit",
+    "This TensorFlow binary is optimized to use available CPU instructions",
+    "To enable the following instructions",
+    "Unable to register cuDNN factory",
+    "Unable to register cuFFT factory",
+    "Unable to register cuBLAS factory",
+    "computation placer already registered",
+    "TF-TRT Warning: Could not find TensorRT",
+    # x86 CPUs without AVX512-FP16: oneDNN has no float16 kernels, Eigen's are used instead.
+    "oneDNN supports DT_HALF only on platforms with AVX-512",
+)
+"""TensorFlow's C++ notices (oneDNN, "no CUDA drivers", cuInit on a CPU machine): written straight to
+file descriptor 2, some before its logging is set up, so ``TF_CPP_MIN_LOG_LEVEL`` cannot hide them."""
 
-    ``TF_CPP_MIN_LOG_LEVEL=3`` hides most of TensorFlow's C++ log, but recent releases
-    log through absl before reading it, so file descriptor 2 is sent to a temporary file
-    as well. Both are restored afterwards: later errors still reach the terminal.
+
+@contextlib.contextmanager
+def quiet_native_logs(drop=None, log_level: str | None = "3"):
+    """Silence what native code (TensorFlow's C++ runtime) writes to file descriptor 2, for the block.
+
+    Descriptor 2 is sent to a temporary file inside the block and restored afterwards, so later
+    errors still reach the terminal (always descriptor 2, where native libraries write: in
+    Jupyter, ``sys.stderr`` is a Python stream and the kernel forwards descriptor 2 on its own).
+    `drop`: None hides everything written; a tuple of substrings (such as `TF_STARTUP_NOISE`)
+    hides only the lines holding one, and the other lines are written to ``sys.stderr`` after
+    the block. `log_level`: ``TF_CPP_MIN_LOG_LEVEL`` inside the block ("3" hides most of
+    TensorFlow's C++ log; recent releases log through absl before reading it, hence the
+    descriptor), put back afterwards; None leaves the variable alone.
     """
+    if drop is not None and (isinstance(drop, str) or not isinstance(drop, tuple)
+                             or not all(isinstance(d, str) for d in drop)):
+        raise TypeError(f"drop must be None or a tuple of strings (the lines to hide contain one), not {drop!r:.80}")
+    if log_level is not None and log_level not in ("0", "1", "2", "3"):
+        raise ValueError(f"log_level must be None or one of '0', '1', '2', '3' (TF_CPP_MIN_LOG_LEVEL), "
+                         f"not {log_level!r:.80}")
     saved_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    if log_level is not None:
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = log_level
     sink = tempfile.TemporaryFile()
     try:
         sys.stderr.flush()
@@ -198,11 +232,18 @@ def quiet_native_logs():
         if saved_fd is not None:
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
+        if drop is not None:
+            sink.seek(0)
+            kept = [ln for ln in sink.read().decode(errors="replace").splitlines(keepends=True)
+                    if ln.strip() and not any(d in ln for d in drop)]
+            if kept:
+                sys.stderr.write("".join(kept))
         sink.close()
-        if saved_level is None:
-            os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
-        else:
-            os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved_level
+        if log_level is not None:
+            if saved_level is None:
+                os.environ.pop("TF_CPP_MIN_LOG_LEVEL", None)
+            else:
+                os.environ["TF_CPP_MIN_LOG_LEVEL"] = saved_level
 
 
 def tensorflow_environment(cpu: CPUInfo | None = None, environ=None) -> str | None:

@@ -10,7 +10,7 @@
 Scalers are values (``adjust(finite) -> new scaler``, as jmp does); ``PRESETS`` maps a
 library name to its exact rule; ``simulate`` replays overflow flags; the underflow
 helpers measure what a scale S saves in each format; ``fp8`` reproduces Transformer
-Engine's per-tensor delayed and current scaling.
+Engine's per-tensor delayed and current scaling; ``seeds`` keeps seed 004's scaler verbatim.
 """
 
 from labkit.scaling import fp8
@@ -21,10 +21,8 @@ from labkit.scaling.gradients import GradientRecord, record_gradients
 from labkit.scaling.jax_scalers import JmpLossScale, OptaxApplyIfFinite
 from labkit.scaling.keras_lso import KerasLossScale, TFKerasLossScale, keras_scale_to_zero
 from labkit.scaling.registry import LIBRARY_PRESETS, PRESETS, Preset, get_preset, preset_table
-from labkit.scaling.seed004 import DIFFERENCES as SEED004_DIFFERENCES
-from labkit.scaling.seed004 import DynamicLossScaler as Seed004DynamicLossScaler
-from labkit.scaling.seed004 import SeedLossScale, seed004_vs_gradscaler
-from labkit.scaling.seed004 import differences_table as seed004_differences
+from labkit.scaling import seeds
+from labkit.scaling.seed004 import SEED004_DIFFERENCES, SeedLossScale, seed004_differences, seed004_vs_gradscaler
 from labkit.scaling.torch_amp import ApexLossScaler, TorchGradScaler
 from labkit.scaling.trace import Trace, overflow_pattern, simulate, simulate_closed_loop, traces_table
 from labkit.scaling.underflow import Fractions, ScaleRange, fractions, fractions_table, safe_range_table, \
@@ -79,8 +77,8 @@ __all__ = [
     "seed004_differences",
     "SEED004_DIFFERENCES",
     "seed004_vs_gradscaler",
-    "Seed004DynamicLossScaler",
     "SeedLossScale",
+    "seeds",
     "simulate",
     "simulate_closed_loop",
     "StaticLossScale",

@@ -9,6 +9,10 @@ and to plot. Every scaler in ``labkit.scaling`` answers the same three questions
 * ``applies(finite)`` -- is this step's optimizer update applied (or skipped)?
 * ``adjust(finite)`` -- the scaler for the next step.
 
+Each class writes its library's rule once, as ``rule()`` (a pure function of plain
+numbers that ``adjust``, ``applies`` and ``simulate``'s replay loop all call), and states
+the facts of the library it imitates in ``FACTS``, beside the docstring that explains them.
+
 The three textbook scalers live here; the library presets (torch, Keras, jmp, Apex,
 DeepSpeed, optax) live in their own modules and keep each library's exact rules.
 
@@ -31,33 +35,85 @@ from labkit.scaling import _numbers as num
 
 
 class ScalerStopped(RuntimeError):
-    """Raised by ``adjust`` where the real library stops training (DeepSpeed at its floor)."""
+    """Raised by ``adjust`` where the real library stops training (DeepSpeed at its floor).
+
+    ``applied``: whether that last step's update was applied before the library stopped.
+    """
+
+    def __init__(self, message: str = "", applied: bool = False):
+        super().__init__(message)
+        self.applied = applied
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a scaler imitates, from where, and how it behaves at the extremes: one row of ``preset_table``.
+
+    Each scaler class holds its own (``FACTS``), beside the docstring that explains them;
+    ``labkit.scaling.registry`` reads them from there, and tests replay each claim.
+
+    Attributes:
+      imitates: the library object, as a user writes it.
+      source: the file(s) the rule was read from (repository and path).
+      init_option / interval_option: the ``create`` option that ``simulate``'s generic
+        ``init_scale=`` / ``growth_interval=`` stand for (None where the rule has none).
+      storage, floor, ceiling, on_overflow: one-line facts for the comparison table.
+      aliases: ``(alias, option, convert)``: another way to give an option
+        (DeepSpeed's ``initial_scale_power`` for ``init_scale``).
+    """
+
+    imitates: str
+    source: str
+    init_option: str | None
+    interval_option: str | None
+    storage: str
+    floor: str
+    ceiling: str
+    on_overflow: str
+    aliases: tuple = ()
 
 
 class _Scaler:
-    """Shared behaviour: the checks, and the update applied only when the gradients are finite.
+    """Shared behaviour: the checks, and ``adjust`` / ``applies`` from the class's one ``rule()``.
+
+    Each class writes its library's rule once, in ``rule()``: a small pure function of
+    plain numbers, its options fixed, ``step(finite, state) -> (applied, new_state)``,
+    where ``state`` is the tuple of the fields named in ``STATE`` (the loss scale first).
+    It raises ScalerStopped where the library stops training. ``adjust`` and ``applies``
+    call it on one value; ``simulate`` calls it in a loop over plain tuples (fast enough
+    for a million steps), so the two cannot drift apart.
 
     ``adjust(finite)`` and ``applies(finite)`` take the step's flag -- True when every
-    gradient was finite -- as a bool (a string or a NaN is not a flag) and hand it to the
-    class's ``_adjust`` / ``_applies``. A state built by hand is checked in
-    ``__post_init__`` (a scale must be finite and > 0, a counter within its interval);
-    the states ``adjust`` returns are not re-checked: a replay may reach a scale of 0 or
-    inf, exactly as the library does.
+    gradient was finite -- as a bool (a string or a NaN is not a flag). A state built by
+    hand is checked in ``__post_init__`` (a scale must be finite and > 0, a counter within
+    its interval) with the same checks as ``create``; the states ``adjust`` returns are not
+    re-checked: a replay may reach a scale of 0 or inf, exactly as the library does.
     """
 
-    TRACKED: tuple[str, ...] = ()  # state fields recorded after every step
+    STATE: tuple[str, ...] = ("loss_scale",)  # the fields the rule moves, the scale first
+    TRACKED: tuple[str, ...] = ()  # state fields recorded after every step (a part of STATE)
     COUNTER: str | None = None  # the field that counts steps towards the next growth
+    FACTS: Facts
+
+    def rule(self):
+        """This scaler's rule, options fixed: ``step(finite, state) -> (applied, new_state)`` on plain numbers."""
+        raise NotImplementedError
 
     def applies(self, finite: bool) -> bool:
         """Is this step's optimizer update applied?"""
-        return self._applies(num.check_finite_flag(finite))
+        try:
+            return self.rule()(num.check_finite_flag(finite), self.state_values())[0]
+        except ScalerStopped as stop:
+            return stop.applied
 
     def adjust(self, finite: bool):
         """The scaler for the next step."""
-        return self._adjust(num.check_finite_flag(finite))
+        _, new = self.rule()(num.check_finite_flag(finite), self.state_values())
+        return self._next(**dict(zip(self.STATE, new)))
 
-    def _applies(self, finite: bool) -> bool:
-        return finite
+    def state_values(self) -> tuple:
+        """The fields named in STATE, as the tuple that ``rule()``'s step takes and returns."""
+        return tuple(getattr(self, k) for k in self.STATE)
 
     def _set(self, **values) -> None:
         num.set_fields(self, **values)
@@ -68,6 +124,9 @@ class _Scaler:
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
         return new
+
+
+_JMP = "google-deepmind/jmp jmp/_src/loss_scale.py"
 
 
 @dataclass(frozen=True)
@@ -83,6 +142,9 @@ class NoOpLossScale(_Scaler):
 
     loss_scale: float = 1.0
 
+    FACTS = Facts("no loss scaling (jmp.NoOpLossScale)", _JMP + " (NoOpLossScale)", None, None,
+                  "-", "-", "-", "applied (no check)")
+
     def __post_init__(self):
         if num.check_scale("loss_scale", self.loss_scale) != 1:
             raise ValueError(f"loss_scale of NoOpLossScale is always 1 (no scaling); got {self.loss_scale!r}")
@@ -92,11 +154,10 @@ class NoOpLossScale(_Scaler):
     def create(cls) -> "NoOpLossScale":
         return cls()
 
-    def _applies(self, finite: bool) -> bool:
-        return True
-
-    def _adjust(self, finite: bool) -> "NoOpLossScale":
-        return self
+    def rule(self):
+        def step(finite, state):
+            return True, state
+        return step
 
 
 @dataclass(frozen=True)
@@ -119,6 +180,9 @@ class StaticLossScale(_Scaler):
     loss_scale: float = 2.0**15
     skip_nonfinite: bool = False
 
+    FACTS = Facts("a fixed scale S (seed 000: S = 2**15; jmp.StaticLossScale)", _JMP + " (StaticLossScale)",
+                  "loss_scale", None, "any", "-", "-", "applied unless skip_nonfinite")
+
     def __post_init__(self):
         self._set(loss_scale=num.check_scale("loss_scale", self.loss_scale),
                   skip_nonfinite=num.check_flag("skip_nonfinite", self.skip_nonfinite))
@@ -127,11 +191,12 @@ class StaticLossScale(_Scaler):
     def create(cls, loss_scale=2.0**15, skip_nonfinite=False) -> "StaticLossScale":
         return cls(loss_scale, skip_nonfinite)
 
-    def _applies(self, finite: bool) -> bool:
-        return finite or not self.skip_nonfinite
+    def rule(self):
+        always = not self.skip_nonfinite
 
-    def _adjust(self, finite: bool) -> "StaticLossScale":
-        return self
+        def step(finite, state):
+            return finite or always, state
+        return step
 
 
 @dataclass(frozen=True)
@@ -165,8 +230,12 @@ class DynamicLossScale(_Scaler):
     max_scale: float | None = None
     counter: int = 0
 
+    STATE = ("loss_scale", "counter")
     TRACKED = ("counter",)
     COUNTER = "counter"
+    FACTS = Facts("textbook dynamic scaling (Micikevicius et al. 2018)", "labkit/scaling/basic.py",
+                  "loss_scale", "growth_interval", "float64", "min_scale (none)", "max_scale (none)",
+                  "skip; scale * backoff_factor")
 
     def __post_init__(self):
         self._set(
@@ -187,51 +256,17 @@ class DynamicLossScale(_Scaler):
                min_scale=None, max_scale=None) -> "DynamicLossScale":
         return cls(loss_scale, growth_interval, growth_factor, backoff_factor, min_scale, max_scale)
 
-    def _clip(self, s: float) -> float:
-        if self.min_scale is not None:
-            s = max(s, self.min_scale)
-        if self.max_scale is not None:
-            s = min(s, self.max_scale)
-        return float(s)
+    def rule(self):
+        n, g, b = self.growth_interval, self.growth_factor, self.backoff_factor
+        lo = -num.INF if self.min_scale is None else self.min_scale
+        hi = num.INF if self.max_scale is None else self.max_scale
 
-    def _adjust(self, finite: bool) -> "DynamicLossScale":
-        if not finite:
-            return self._next(loss_scale=self._clip(self.loss_scale * self.backoff_factor), counter=0)
-        counter = self.counter + 1
-        if counter == self.growth_interval:
-            return self._next(loss_scale=self._clip(self.loss_scale * self.growth_factor), counter=0)
-        return self._next(counter=counter)
-
-
-# -- fast replays (one tight loop each; tests check them against adjust() step by step) --
-
-def fast_none(flags, opts):
-    return [1.0] * len(flags), [True] * len(flags), {}, None, 1.0
-
-
-def fast_static(flags, opts):
-    s = opts["loss_scale"]
-    applied = [not o for o in flags] if opts["skip_nonfinite"] else [True] * len(flags)
-    return [s] * len(flags), applied, {}, None, s
-
-
-def fast_dynamic(flags, opts):
-    s = float(opts["loss_scale"])
-    n, g, b = opts["growth_interval"], opts["growth_factor"], opts["backoff_factor"]
-    lo = -num.INF if opts["min_scale"] is None else opts["min_scale"]
-    hi = num.INF if opts["max_scale"] is None else opts["max_scale"]
-    scales, counters = [], []
-    keep, track = scales.append, counters.append
-    c = 0
-    for o in flags:
-        keep(s)
-        if o:
-            s = float(min(max(s * b, lo), hi))
-            c = 0
-        else:
-            c += 1
-            if c == n:
-                s = float(min(max(s * g, lo), hi))
-                c = 0
-        track(c)
-    return scales, None, {"counter": counters}, None, s
+        def step(finite, state):
+            s, counter = state
+            if not finite:
+                return False, (float(min(max(s * b, lo), hi)), 0)
+            counter += 1
+            if counter == n:
+                return True, (float(min(max(s * g, lo), hi)), 0)
+            return True, (s, counter)
+        return step

@@ -31,18 +31,27 @@ from dataclasses import dataclass
 
 from labkit._validate import integer, number, shown
 from labkit.scaling import _numbers as num
-from labkit.scaling.basic import ScalerStopped, _Scaler
+from labkit.scaling.basic import Facts, ScalerStopped, _Scaler
 
-# deepspeed/runtime/precision_config.py, DeepSpeedFP16Config (field defaults)
-CONFIG_DEFAULTS = {
-    "loss_scale": 0,
-    "initial_scale_power": 16,
-    "loss_scale_window": 1000,
-    "hysteresis": 2,
-    "consecutive_hysteresis": False,
-    "min_loss_scale": 1,
+# deepspeed/runtime/precision_config.py, DeepSpeedFP16Config: every key of the fp16 section, its
+# default and what it does -- the one table (labkit.train.torch.deepspeed_config explains configs with it;
+# tests/distributed/test_deepspeed_run.py compares it with an installed DeepSpeed).
+FP16_KEYS = {
+    "enabled": (False, "turn on fp16: the engine casts the model to half; ZeRO keeps fp32 master weights"),
+    "auto_cast": (False, "cast floating-point inputs of forward() to fp16"),
+    "loss_scale": (0, "0 = dynamic loss scaling; any other value = that static scale (steps still skipped on overflow)"),
+    "initial_scale_power": (16, "the dynamic scale starts at 2**initial_scale_power"),
+    "loss_scale_window": (1000, "grow the scale x2 after window + 1 steps without overflow, then every window"),
+    "hysteresis": (2, "overflows forgiven (step skipped, scale kept) before the scale is halved"),
+    "consecutive_hysteresis": (False, "refill the hysteresis after every good step, not only at growth"),
+    "min_loss_scale": (1, "floor of the scale; an overflow at the floor stops training with an exception"),
+    "fp16_master_weights_and_grads": (False, "keep master weights and gradients in fp16 too (ZeRO-Offload only)"),
 }
+_SCALING_KEYS = ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+                 "min_loss_scale")
+CONFIG_DEFAULTS = {key: FP16_KEYS[key][0] for key in _SCALING_KEYS}  # the keys that loss scaling reads
 _INT_KEYS = ("initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale")  # pydantic int fields
+_DS = "deepspeedai/DeepSpeed 0.19.8 deepspeed/runtime/"
 _MIN_SCALE_MESSAGE = "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."
 
 
@@ -102,8 +111,13 @@ class DeepSpeedLossScaler(_Scaler):
     cur_iter: int = 0
     last_overflow_iter: int = -1
 
+    STATE = ("loss_scale", "hysteresis", "cur_iter", "last_overflow_iter")
     TRACKED = ("hysteresis",)
     COUNTER = None
+    FACTS = Facts("DeepSpeed DynamicLossScaler (fp16 config, ZeRO)",
+                  _DS + "fp16/loss_scaler.py; " + _DS + "precision_config.py", "init_scale", "loss_scale_window",
+                  "Python float", "min_loss_scale (1); raises at it", "none", "skip; hysteresis, then scale / 2",
+                  (("initial_scale_power", "init_scale", lambda power: initial_scale(power)),))
 
     def __post_init__(self):
         _check_deepspeed(self)
@@ -119,26 +133,30 @@ class DeepSpeedLossScaler(_Scaler):
         return cls(num.check_scale("init_scale", init_scale), loss_scale_window, min_loss_scale, shift,
                    consecutive_hysteresis, raise_error_at_min_scale, shift)
 
-    def _adjust(self, finite: bool) -> "DeepSpeedLossScaler":
-        s, hyst = self.loss_scale, self.hysteresis
-        last = self.last_overflow_iter
-        if not finite:
-            if self.delayed_shift == 1 or hyst == 1:
-                if s == self.min_loss_scale and self.raise_error_at_min_scale:
-                    raise ScalerStopped(_MIN_SCALE_MESSAGE)
-                s = max(s / 2.0, self.min_loss_scale)
+    def rule(self):
+        window, floor, delayed_shift = self.loss_scale_window, self.min_loss_scale, self.delayed_shift
+        consecutive, stop = self.consecutive_hysteresis, self.raise_error_at_min_scale
+
+        def step(finite, state):
+            cur_scale, cur_hysteresis, cur_iter, last_overflow_iter = state
+            if not finite:
+                if delayed_shift == 1 or cur_hysteresis == 1:
+                    if cur_scale == floor and stop:
+                        raise ScalerStopped(_MIN_SCALE_MESSAGE, applied=False)
+                    cur_scale = max(cur_scale / 2.0, floor)
+                else:
+                    cur_hysteresis -= 1
+                last_overflow_iter = cur_iter
             else:
-                hyst -= 1
-            last = self.cur_iter
-        else:
-            if self.consecutive_hysteresis:
-                hyst = self.delayed_shift
-            stable_interval = (self.cur_iter - last) - 1
-            if stable_interval > 0 and stable_interval % self.loss_scale_window == 0:
-                if not self.consecutive_hysteresis:
-                    hyst = self.delayed_shift
-                s *= 2.0
-        return self._next(loss_scale=s, hysteresis=hyst, cur_iter=self.cur_iter + 1, last_overflow_iter=last)
+                if consecutive:
+                    cur_hysteresis = delayed_shift
+                stable_interval = (cur_iter - last_overflow_iter) - 1
+                if stable_interval > 0 and stable_interval % window == 0:
+                    if not consecutive:
+                        cur_hysteresis = delayed_shift
+                    cur_scale *= 2.0
+            return finite, (cur_scale, cur_hysteresis, cur_iter + 1, last_overflow_iter)
+        return step
 
 
 def _check_deepspeed(state) -> None:
@@ -149,38 +167,6 @@ def _check_deepspeed(state) -> None:
                cur_iter=integer("cur_iter", state.cur_iter, minimum=0))
     state._set(last_overflow_iter=integer("last_overflow_iter", state.last_overflow_iter, minimum=-1,
                                           maximum=state.cur_iter - 1))
-
-
-def fast_deepspeed(flags, opts):
-    s = opts["init_scale"]
-    window, floor = opts["loss_scale_window"], opts["min_loss_scale"]
-    shift, consecutive = opts["hysteresis"], opts["consecutive_hysteresis"]
-    stop = opts["raise_error_at_min_scale"]
-    scales, hysts = [], []
-    keep, track = scales.append, hysts.append
-    hyst, last, stopped = shift, -1, None
-    for it, o in enumerate(flags):
-        keep(s)
-        if o:
-            if shift == 1 or hyst == 1:
-                if s == floor and stop:
-                    track(hyst)
-                    stopped = it
-                    break
-                s = max(s / 2.0, floor)
-            else:
-                hyst -= 1
-            last = it
-        else:
-            if consecutive:
-                hyst = shift
-            stable = it - last - 1
-            if stable > 0 and stable % window == 0:
-                if not consecutive:
-                    hyst = shift
-                s *= 2.0
-        track(hyst)
-    return scales, None, {"hysteresis": hysts}, stopped, s
 
 
 @dataclass(frozen=True)
@@ -216,6 +202,12 @@ class DeepSpeedFP16OptimizerScaler(_Scaler):
     cur_iter: int = 0
     last_overflow_iter: int = -1
 
+    STATE = ("loss_scale", "cur_iter", "last_overflow_iter")
+    FACTS = Facts("DeepSpeed FP16_Optimizer / FP16_UnfusedOptimizer (no ZeRO)",
+                  _DS + "fp16/fused_optimizer.py, unfused_optimizer.py", "init_scale", "loss_scale_window",
+                  "Python float", "min_loss_scale (1)", "none", "skip; max(scale / 2, min)",
+                  (("initial_scale_power", "init_scale", lambda power: initial_scale(power)),))
+
     def __post_init__(self):
         _check_deepspeed(self)
 
@@ -223,34 +215,20 @@ class DeepSpeedFP16OptimizerScaler(_Scaler):
     def create(cls, init_scale=2**16, loss_scale_window=1000, min_loss_scale=1):
         return cls(num.check_scale("init_scale", init_scale), loss_scale_window, min_loss_scale)
 
-    def _adjust(self, finite: bool) -> "DeepSpeedFP16OptimizerScaler":
-        s, last = self.loss_scale, self.last_overflow_iter
-        if not finite:
-            s = max(s / 2.0, self.min_loss_scale)
-            last = self.cur_iter
-        else:
-            stable_interval = (self.cur_iter - last) - 1
-            if stable_interval > 0 and stable_interval % self.loss_scale_window == 0:
-                s *= 2.0
-        return self._next(loss_scale=s, cur_iter=self.cur_iter + 1, last_overflow_iter=last)
+    def rule(self):
+        window, floor = self.loss_scale_window, self.min_loss_scale
 
-
-def fast_deepspeed_fp16(flags, opts):
-    s = opts["init_scale"]
-    window, floor = opts["loss_scale_window"], opts["min_loss_scale"]
-    scales = []
-    keep = scales.append
-    last = -1
-    for it, o in enumerate(flags):
-        keep(s)
-        if o:
-            s = max(s / 2.0, floor)
-            last = it
-        else:
-            stable = it - last - 1
-            if stable > 0 and stable % window == 0:
-                s *= 2.0
-    return scales, None, {}, None, s
+        def step(finite, state):
+            cur_scale, cur_iter, last_overflow_iter = state
+            if not finite:
+                cur_scale = max(cur_scale / 2.0, floor)
+                last_overflow_iter = cur_iter
+            else:
+                stable_interval = (cur_iter - last_overflow_iter) - 1
+                if stable_interval > 0 and stable_interval % window == 0:
+                    cur_scale *= 2.0
+            return finite, (cur_scale, cur_iter + 1, last_overflow_iter)
+        return step
 
 
 POWERS = (-1074, 1023)  # 2**power is a float64 > 0 for these: DeepSpeed's scale arithmetic (cur_scale / 2.0) needs one
@@ -326,7 +304,7 @@ def deepspeed_options(config: dict, optimizer: str = "zero") -> tuple[str, dict]
         raise (ValueError if isinstance(optimizer, str) else TypeError)(
             "optimizer must be 'zero' (DynamicLossScaler) or 'fp16' (FP16_Optimizer / "
             f"FP16_UnfusedOptimizer); got {shown(optimizer)}")
-    section_keys = set(CONFIG_DEFAULTS) | {"enabled", "auto_cast", "fp16_master_weights_and_grads"}
+    section_keys = set(FP16_KEYS)
     if "fp16" in config:
         fp16 = config["fp16"]
     elif set(config) <= section_keys:

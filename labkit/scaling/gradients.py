@@ -128,18 +128,20 @@ def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64,
         raise ValueError(f"sample_steps must be steps in [0, {steps - 1}]; got {sample_steps!r}")
 
     import torch
-    from sklearn.datasets import load_digits
 
-    digits = load_digits()
-    x_all = torch.tensor(digits.data / 16.0, dtype=torch.float32)
-    y_all = torch.tensor(digits.target, dtype=torch.int64)
+    from labkit.memory.shapes import N_CLASSES, N_PIXELS
+    from labkit.train.data import arrays  # numpy-only: the data every runner trains on
+
+    x, y = arrays("digits")  # all 1797 images in sklearn's order (train.data.load permutes and splits them)
+    x_all, y_all = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
     rng = np.random.default_rng(seed)
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         torch.manual_seed(seed)
-        fc1, fc2, fc3 = torch.nn.Linear(64, hidden), torch.nn.Linear(hidden, hidden), torch.nn.Linear(hidden, 10)
+        fc1, fc2 = torch.nn.Linear(N_PIXELS, hidden), torch.nn.Linear(hidden, hidden)
+        fc3 = torch.nn.Linear(hidden, N_CLASSES)
         named = {"fc1": fc1, "fc2": fc2, "fc3": fc3}
         params = [p for m in named.values() for p in m.parameters()]
         opt = torch.optim.SGD(params, lr=float(lr))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from labkit._validate import integer
 from labkit.scaling import _numbers as num
-from labkit.scaling.basic import _Scaler
+from labkit.scaling.basic import Facts, _Scaler
 
 INT32_MAX = 2**31 - 1
 
@@ -54,8 +54,12 @@ class JmpLossScale(_Scaler):
     under_jit: bool = False
     counter: int = 0
 
+    STATE = ("loss_scale", "counter")
     TRACKED = ("counter",)
     COUNTER = "counter"
+    FACTS = Facts("jmp.DynamicLossScale(loss_scale) (no default scale: 2**15 as in its docstring)",
+                  "google-deepmind/jmp jmp/_src/loss_scale.py", "loss_scale", "period", "float32 array",
+                  "min_loss_scale (1)", "refuses to grow into inf", "caller skips; max(min, scale / factor)")
 
     def __post_init__(self):
         self._set(
@@ -79,45 +83,20 @@ class JmpLossScale(_Scaler):
         jit = num.check_flag("under_jit", under_jit)
         return cls(loss_scale, period, factor, 1.0 if jit else floor, jit)
 
-    def _shrink(self, s: float) -> float:
-        if self.under_jit:
-            return num.f32(s * num.f32(1.0 / self.factor))
-        return num.f32(s / self.factor)
+    def rule(self):
+        f32, isfinite = num.f32, math.isfinite
+        period, factor, floor, jit = self.period, self.factor, self.min_loss_scale, self.under_jit
+        inverse = f32(1.0 / factor)  # what XLA multiplies by under jit
 
-    def _adjust(self, finite: bool) -> "JmpLossScale":
-        if not finite:
-            return self._next(loss_scale=max(self.min_loss_scale, self._shrink(self.loss_scale)), counter=0)
-        scale = self.loss_scale
-        if self.counter == self.period - 1:
-            grown = num.f32(scale * self.factor)
-            scale = grown if math.isfinite(grown) else scale
-        return self._next(loss_scale=scale, counter=(self.counter + 1) % self.period)
-
-
-def fast_jmp(flags, opts):
-    f32, isfinite = num.f32, math.isfinite
-    s = f32(opts["loss_scale"])
-    n, k = opts["period"], f32(opts["factor"])
-    jit = opts["under_jit"]
-    floor = 1.0 if jit else f32(opts["min_loss_scale"])
-    inv = f32(1.0 / k)
-    last = n - 1
-    scales, counters = [], []
-    keep, track = scales.append, counters.append
-    c = 0
-    for o in flags:
-        keep(s)
-        if o:
-            s = max(floor, f32(s * inv) if jit else f32(s / k))
-            c = 0
-        else:
-            if c == last:
-                grown = f32(s * k)
-                if isfinite(grown):
-                    s = grown
-            c = (c + 1) % n
-        track(c)
-    return scales, None, {"counter": counters}, None, s
+        def step(finite, state):
+            loss_scale, counter = state
+            if not finite:
+                return False, (max(floor, f32(loss_scale * inverse) if jit else f32(loss_scale / factor)), 0)
+            if counter == period - 1:
+                grown = f32(loss_scale * factor)
+                loss_scale = grown if isfinite(grown) else loss_scale
+            return True, (loss_scale, (counter + 1) % period)
+        return step
 
 
 @dataclass(frozen=True)
@@ -140,15 +119,21 @@ class OptaxApplyIfFinite(_Scaler):
     non-finite update. optax has no default for ``max_consecutive_errors``.
     """
 
-    max_consecutive_errors: int = 0
+    max_consecutive_errors: int | None = None  # required: optax has no default
     notfinite_count: int = 0
     total_notfinite: int = 0
     loss_scale: float = 1.0
 
+    STATE = ("loss_scale", "notfinite_count", "total_notfinite")
     TRACKED = ("notfinite_count", "total_notfinite")
     COUNTER = None
+    FACTS = Facts("optax.apply_if_finite(inner, max_consecutive_errors)",
+                  "google-deepmind/optax optax/transforms/_conditionality.py", None, None,
+                  "no scale", "-", "-", "skip, until max_consecutive_errors in a row")
 
     def __post_init__(self):
+        if self.max_consecutive_errors is None:
+            raise ValueError("preset 'optax' needs max_consecutive_errors (an integer >= 0); optax has no default")
         self._set(max_consecutive_errors=integer("max_consecutive_errors", self.max_consecutive_errors,
                                                  minimum=0, maximum=INT32_MAX))
         self._set(notfinite_count=integer("notfinite_count", self.notfinite_count, minimum=0, maximum=INT32_MAX),
@@ -162,33 +147,14 @@ class OptaxApplyIfFinite(_Scaler):
 
     @classmethod
     def create(cls, max_consecutive_errors=None):
-        if max_consecutive_errors is None:
-            raise ValueError("preset 'optax' needs max_consecutive_errors (an integer >= 0); optax has no default")
         return cls(max_consecutive_errors)
 
-    def _applies(self, finite: bool) -> bool:
-        return finite or min(self.notfinite_count + 1, INT32_MAX) > self.max_consecutive_errors
+    def rule(self):
+        max_errors = self.max_consecutive_errors
 
-    def _adjust(self, finite: bool) -> "OptaxApplyIfFinite":
-        if finite:
-            return self._next(notfinite_count=0)
-        return self._next(notfinite_count=min(self.notfinite_count + 1, INT32_MAX),
-                          total_notfinite=min(self.total_notfinite + 1, INT32_MAX))
-
-
-def fast_optax(flags, opts):
-    m = opts["max_consecutive_errors"]
-    applied, counts, totals = [], [], []
-    apply_, track, total_ = applied.append, counts.append, totals.append
-    c = t = 0
-    for o in flags:
-        if o:
-            c = min(c + 1, INT32_MAX)
-            t = min(t + 1, INT32_MAX)
-            apply_(c > m)
-        else:
-            c = 0
-            apply_(True)
-        track(c)
-        total_(t)
-    return [1.0] * len(flags), applied, {"notfinite_count": counts, "total_notfinite": totals}, None, 1.0
+        def step(finite, state):
+            if finite:
+                return True, (state[0], 0, state[2])
+            notfinite_count = min(state[1] + 1, INT32_MAX)  # numerics.safe_increment
+            return notfinite_count > max_errors, (state[0], notfinite_count, min(state[2] + 1, INT32_MAX))
+        return step

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from labkit._validate import integer
 from labkit.scaling import _numbers as num
-from labkit.scaling.basic import _Scaler
+from labkit.scaling.basic import Facts, _Scaler
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,13 @@ class KerasLossScale(_Scaler):
     dynamic_growth_steps: int = 2000
     step_counter: int = 0
 
+    STATE = ("loss_scale", "step_counter")
     TRACKED = ("step_counter",)
     COUNTER = "step_counter"
+    FACTS = Facts("keras.optimizers.LossScaleOptimizer (Keras 3)",
+                  "keras-team/keras keras/src/optimizers/loss_scale_optimizer.py", "initial_scale",
+                  "dynamic_growth_steps", "float32 variable", "none (reaches 0.0)", "none (grows into inf)",
+                  "skip; scale * 0.5")
 
     def __post_init__(self):
         _check_keras(self, "step_counter")
@@ -62,12 +67,17 @@ class KerasLossScale(_Scaler):
     def create(cls, initial_scale=2.0**15, dynamic_growth_steps=2000):
         return cls(num.check_scale("initial_scale", initial_scale, float32=True), dynamic_growth_steps)
 
-    def _adjust(self, finite: bool) -> "KerasLossScale":
-        if not finite:
-            return self._next(loss_scale=num.f32(self.loss_scale * 0.5), step_counter=0)
-        if self.step_counter == self.dynamic_growth_steps - 1:
-            return self._next(loss_scale=num.f32(self.loss_scale * 2.0), step_counter=0)
-        return self._next(step_counter=self.step_counter + 1)
+    def rule(self):
+        f32, last = num.f32, self.dynamic_growth_steps - 1
+
+        def step(finite, state):
+            dynamic_scale, step_counter = state
+            if not finite:
+                return False, (f32(dynamic_scale * 0.5), 0)
+            if step_counter == last:
+                return True, (f32(dynamic_scale * 2.0), 0)
+            return True, (dynamic_scale, step_counter + 1)
+        return step
 
 
 def _check_keras(state, counter: str) -> None:
@@ -76,27 +86,6 @@ def _check_keras(state, counter: str) -> None:
                dynamic_growth_steps=integer("dynamic_growth_steps", state.dynamic_growth_steps, minimum=1))
     state._set(**{counter: num.check_counter(counter, getattr(state, counter), state.dynamic_growth_steps,
                                              "dynamic_growth_steps")})
-
-
-def fast_keras(flags, opts):
-    f32 = num.f32
-    s = f32(opts["initial_scale"])
-    last = opts["dynamic_growth_steps"] - 1
-    scales, counters = [], []
-    keep, track = scales.append, counters.append
-    c = 0
-    for o in flags:
-        keep(s)
-        if o:
-            s = f32(s * 0.5)
-            c = 0
-        elif c == last:
-            s = f32(s * 2.0)
-            c = 0
-        else:
-            c += 1
-        track(c)
-    return scales, None, {"step_counter": counters}, None, s
 
 
 @dataclass(frozen=True)
@@ -127,8 +116,13 @@ class TFKerasLossScale(_Scaler):
     dynamic_growth_steps: int = 2000
     counter: int = 0
 
+    STATE = ("loss_scale", "counter")
     TRACKED = ("counter",)
     COUNTER = "counter"
+    FACTS = Facts("tf.keras.mixed_precision.LossScaleOptimizer (TF 2.x, tf-keras)",
+                  "keras-team/tf-keras tf_keras/mixed_precision/loss_scale_optimizer.py", "initial_scale",
+                  "dynamic_growth_steps", "float32 variable", "1", "refuses to grow into inf",
+                  "skip; max(scale / 2, 1)")
 
     def __post_init__(self):
         _check_keras(self, "counter")
@@ -137,36 +131,18 @@ class TFKerasLossScale(_Scaler):
     def create(cls, initial_scale=2.0**15, dynamic_growth_steps=2000):
         return cls(num.check_scale("initial_scale", initial_scale, float32=True), dynamic_growth_steps)
 
-    def _adjust(self, finite: bool) -> "TFKerasLossScale":
-        if not finite:
-            return self._next(loss_scale=max(num.f32(self.loss_scale / 2.0), 1.0), counter=0)
-        if self.counter + 1 >= self.dynamic_growth_steps:
-            new = num.f32(self.loss_scale * 2.0)
-            return self._next(loss_scale=new if math.isfinite(new) else self.loss_scale, counter=0)
-        return self._next(counter=self.counter + 1)
+    def rule(self):
+        f32, isfinite, growth_steps = num.f32, math.isfinite, self.dynamic_growth_steps
 
-
-def fast_tf_keras(flags, opts):
-    f32, isfinite = num.f32, math.isfinite
-    s = f32(opts["initial_scale"])
-    n = opts["dynamic_growth_steps"]
-    scales, counters = [], []
-    keep, track = scales.append, counters.append
-    c = 0
-    for o in flags:
-        keep(s)
-        if o:
-            s = max(f32(s / 2.0), 1.0)
-            c = 0
-        elif c + 1 >= n:
-            new = f32(s * 2.0)
-            if isfinite(new):
-                s = new
-            c = 0
-        else:
-            c += 1
-        track(c)
-    return scales, None, {"counter": counters}, None, s
+        def step(finite, state):
+            current_loss_scale, counter = state
+            if not finite:
+                return False, (max(f32(current_loss_scale / 2.0), 1.0), 0)
+            if counter + 1 >= growth_steps:
+                new = f32(current_loss_scale * 2.0)
+                return True, (new if isfinite(new) else current_loss_scale, 0)
+            return True, (current_loss_scale, counter + 1)
+        return step
 
 
 MAX_ZERO_STEPS = 2000  # from float32's max, 2**128 -> 2**-150 is 278 halvings: far fewer than this

@@ -13,44 +13,47 @@ argument names, with the library's defaults; ``simulate`` also accepts the gener
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from labkit._validate import names as _names
 from labkit._validate import shown
 from labkit.scaling import basic, deepspeed, jax_scalers, keras_lso, seed004, torch_amp
+from labkit.scaling.basic import Facts, _Scaler
 
 
 @dataclass(frozen=True)
 class Preset:
-    """One library's loss-scaling rule.
+    """One library's loss-scaling rule: a name for a scaler class, and that class's facts.
 
     Attributes:
       name: the key in PRESETS.
-      imitates: the library object, as a user writes it.
-      source: the file(s) the rule was read from (repository and path).
-      scaler: the value class (``create(**options)``, ``adjust``, ``applies``).
-      fast: the tight-loop replay used by ``simulate`` (tested against ``scaler``).
-      init_option / interval_option: the option that ``init_scale=`` /
-        ``growth_interval=`` stand for (None where the rule has none).
-      storage, floor, ceiling, on_overflow: one-line facts for the comparison table
-        (each one checked by a test that replays the rule).
+      scaler: the value class (``create(**options)``, ``rule``, ``adjust``, ``applies``).
+      imitates, source, init_option, interval_option, storage, floor, ceiling,
+        on_overflow, aliases: read from ``scaler.FACTS`` (see :class:`labkit.scaling.basic.Facts`),
+        where each class states them beside the docstring that explains them.
     """
 
     name: str
-    imitates: str
-    source: str
     scaler: type
-    fast: Callable
-    init_option: str | None
-    interval_option: str | None
-    storage: str
-    floor: str
-    ceiling: str
-    on_overflow: str
-    aliases: tuple[tuple[str, str, Callable], ...] = ()
+    imitates: str = field(init=False)
+    source: str = field(init=False)
+    init_option: str | None = field(init=False)
+    interval_option: str | None = field(init=False)
+    storage: str = field(init=False)
+    floor: str = field(init=False)
+    ceiling: str = field(init=False)
+    on_overflow: str = field(init=False)
+    aliases: tuple = field(init=False)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a string (the key in PRESETS); got {type(self.name).__name__}")
+        if not (isinstance(self.scaler, type) and issubclass(self.scaler, _Scaler) and hasattr(self.scaler, "FACTS")):
+            raise TypeError(f"scaler must be a scaler class of labkit.scaling (with FACTS); got {shown(self.scaler)}")
+        for f in fields(Facts):
+            object.__setattr__(self, f.name, getattr(self.scaler.FACTS, f.name))
 
     @property
     def defaults(self) -> dict:
@@ -106,59 +109,20 @@ class Preset:
         return self.scaler.create(**self.resolve(**options))
 
 
-_DS = "deepspeedai/DeepSpeed 0.19.8 deepspeed/runtime/"
-PRESETS: dict[str, Preset] = {p.name: p for p in [
-    Preset("torch", "torch.amp.GradScaler(device)",
-           "pytorch/pytorch torch/amp/grad_scaler.py; aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp",
-           torch_amp.TorchGradScaler, torch_amp.fast_torch, "init_scale", "growth_interval",
-           "float32 tensor", "none (reaches 0.0)", "refuses to grow into inf", "skip; scale * backoff_factor"),
-    Preset("keras", "keras.optimizers.LossScaleOptimizer (Keras 3)",
-           "keras-team/keras keras/src/optimizers/loss_scale_optimizer.py",
-           keras_lso.KerasLossScale, keras_lso.fast_keras, "initial_scale", "dynamic_growth_steps",
-           "float32 variable", "none (reaches 0.0)", "none (grows into inf)", "skip; scale * 0.5"),
-    Preset("tf-keras", "tf.keras.mixed_precision.LossScaleOptimizer (TF 2.x, tf-keras)",
-           "keras-team/tf-keras tf_keras/mixed_precision/loss_scale_optimizer.py",
-           keras_lso.TFKerasLossScale, keras_lso.fast_tf_keras, "initial_scale", "dynamic_growth_steps",
-           "float32 variable", "1", "refuses to grow into inf", "skip; max(scale / 2, 1)"),
-    Preset("deepspeed", "DeepSpeed DynamicLossScaler (fp16 config, ZeRO)",
-           _DS + "fp16/loss_scaler.py; " + _DS + "precision_config.py",
-           deepspeed.DeepSpeedLossScaler, deepspeed.fast_deepspeed, "init_scale", "loss_scale_window",
-           "Python float", "min_loss_scale (1); raises at it", "none", "skip; hysteresis, then scale / 2",
-           (("initial_scale_power", "init_scale", deepspeed.initial_scale),)),
-    Preset("deepspeed-fp16-optimizer", "DeepSpeed FP16_Optimizer / FP16_UnfusedOptimizer (no ZeRO)",
-           _DS + "fp16/fused_optimizer.py, unfused_optimizer.py",
-           deepspeed.DeepSpeedFP16OptimizerScaler, deepspeed.fast_deepspeed_fp16, "init_scale", "loss_scale_window",
-           "Python float", "min_loss_scale (1)", "none", "skip; max(scale / 2, min)",
-           (("initial_scale_power", "init_scale", deepspeed.initial_scale),)),
-    Preset("jmp", "jmp.DynamicLossScale(loss_scale) (no default scale: 2**15 as in its docstring)",
-           "google-deepmind/jmp jmp/_src/loss_scale.py",
-           jax_scalers.JmpLossScale, jax_scalers.fast_jmp, "loss_scale", "period",
-           "float32 array", "min_loss_scale (1)", "refuses to grow into inf", "caller skips; max(min, scale / factor)"),
-    Preset("apex", "apex.amp LossScaler('dynamic')",
-           "NVIDIA/apex apex/amp/scaler.py",
-           torch_amp.ApexLossScaler, torch_amp.fast_apex, "init_scale", "scale_window",
-           "Python float", "none unless min_loss_scale", "max_loss_scale (2**24)", "skip; scale / 2"),
-    Preset("optax", "optax.apply_if_finite(inner, max_consecutive_errors)",
-           "google-deepmind/optax optax/transforms/_conditionality.py",
-           jax_scalers.OptaxApplyIfFinite, jax_scalers.fast_optax, None, None,
-           "no scale", "-", "-", "skip, until max_consecutive_errors in a row"),
-    Preset("seed004", "seed 004's hand-written DynamicLossScaler",
-           "seeds/004 (the course's source document)",
-           seed004.SeedLossScale, seed004.fast_seed004, "initial_scale", "growth_interval",
-           "Python number", "none", "none", "applied (no check); scale / 2"),
-    Preset("static", "a fixed scale S (seed 000: S = 2**15; jmp.StaticLossScale)",
-           "google-deepmind/jmp jmp/_src/loss_scale.py (StaticLossScale)",
-           basic.StaticLossScale, basic.fast_static, "loss_scale", None,
-           "any", "-", "-", "applied unless skip_nonfinite"),
-    Preset("dynamic", "textbook dynamic scaling (Micikevicius et al. 2018)",
-           "labkit/scaling/basic.py",
-           basic.DynamicLossScale, basic.fast_dynamic, "loss_scale", "growth_interval",
-           "float64", "min_scale (none)", "max_scale (none)", "skip; scale * backoff_factor"),
-    Preset("none", "no loss scaling (jmp.NoOpLossScale)",
-           "google-deepmind/jmp jmp/_src/loss_scale.py (NoOpLossScale)",
-           basic.NoOpLossScale, basic.fast_none, None, None,
-           "-", "-", "-", "applied (no check)"),
-]}
+PRESETS: dict[str, Preset] = {name: Preset(name, scaler) for name, scaler in (
+    ("torch", torch_amp.TorchGradScaler),
+    ("keras", keras_lso.KerasLossScale),
+    ("tf-keras", keras_lso.TFKerasLossScale),
+    ("deepspeed", deepspeed.DeepSpeedLossScaler),
+    ("deepspeed-fp16-optimizer", deepspeed.DeepSpeedFP16OptimizerScaler),
+    ("jmp", jax_scalers.JmpLossScale),
+    ("apex", torch_amp.ApexLossScaler),
+    ("optax", jax_scalers.OptaxApplyIfFinite),
+    ("seed004", seed004.SeedLossScale),
+    ("static", basic.StaticLossScale),
+    ("dynamic", basic.DynamicLossScale),
+    ("none", basic.NoOpLossScale),
+)}
 
 LIBRARY_PRESETS = ("torch", "keras", "tf-keras", "deepspeed", "deepspeed-fp16-optimizer", "jmp", "apex")
 

@@ -1,10 +1,9 @@
-"""Seed 004's hand-written ``DynamicLossScaler``, kept verbatim, and how it differs from
-``torch.amp.GradScaler``.
+"""Seed 004's hand-written ``DynamicLossScaler`` (kept verbatim in :mod:`labkit.scaling.seeds`)
+as a value, and how it differs from ``torch.amp.GradScaler``.
 
-The class below is copied from seed 004 (its Chinese docstrings translated). Its
-``update`` rule is torch's, so fed the same overflow flags it produces the same scales
+Its ``update`` rule is torch's, so fed the same overflow flags it produces the same scales
 -- until float32 matters. What it lacks is everything around the rule; see
-:data:`DIFFERENCES`.
+:data:`SEED004_DIFFERENCES`.
 
 >>> s = SeedLossScale.create()
 >>> s.loss_scale, s.adjust(False).loss_scale, s.applies(False)
@@ -13,14 +12,12 @@ The class below is copied from seed 004 (its Chinese docstrings translated). Its
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
-
-import numpy as np
 
 from labkit._validate import integer
 from labkit.scaling import _numbers as num
-from labkit.scaling.basic import ScalerStopped, _Scaler
+from labkit.scaling.basic import Facts, ScalerStopped, _Scaler
+from labkit.scaling.seeds import DynamicLossScaler
 from labkit.scaling.torch_amp import INT64_MAX
 
 # Python's int / int raises when the quotient is past float64's range: the seed's int scale
@@ -28,60 +25,7 @@ from labkit.scaling.torch_amp import INT64_MAX
 STOP_MESSAGE = "OverflowError: integer division result too large for a float"
 
 
-class DynamicLossScaler:
-    """Dynamic loss scaling (seed 004, verbatim but for the argument checks labkit adds on the
-    first line of ``__init__``, ``scale_loss`` and ``unscale_gradients``; ``update`` is untouched)."""
-
-    def __init__(self, initial_scale=2**16, growth_interval=2000):
-        _check_seed_arguments(initial_scale, growth_interval)
-        self.scale = initial_scale
-        self.growth_interval = growth_interval
-        self.steps_since_last_overflow = 0
-
-    def scale_loss(self, loss):
-        """Scale the loss."""
-        _check_loss(loss)
-        return loss * self.scale
-
-    def unscale_gradients(self, optimizer):
-        """Unscale the gradients."""
-        _check_optimizer(optimizer)
-        for group in optimizer.param_groups:
-            for p in group['params']:
-                if p.grad is not None:
-                    p.grad.data /= self.scale
-
-    def update(self, overflow):
-        """Update the scale factor."""
-        if overflow:
-            self.scale /= 2
-            self.steps_since_last_overflow = 0
-        else:
-            self.steps_since_last_overflow += 1
-            if self.steps_since_last_overflow >= self.growth_interval:
-                self.scale *= 2
-                self.steps_since_last_overflow = 0
-
-
-def _check_seed_arguments(initial_scale, growth_interval) -> None:
-    num.check_scale("initial_scale", initial_scale)
-    integer("growth_interval", growth_interval, minimum=1)
-
-
-def _check_loss(loss) -> None:
-    """A number or a tensor (anything with a shape and a dtype: torch, numpy); not a list or a string."""
-    if isinstance(loss, (bool, np.bool_)) or not (isinstance(loss, numbers.Real)
-                                                  or hasattr(loss, "shape") and hasattr(loss, "dtype")):
-        raise TypeError(f"loss must be a number or a tensor; got {type(loss).__name__}")
-
-
-def _check_optimizer(optimizer) -> None:
-    groups = getattr(optimizer, "param_groups", None)
-    if not isinstance(groups, list) or not all(isinstance(g, dict) and "params" in g for g in groups):
-        raise TypeError(f"optimizer must be a torch optimizer (with param_groups); got {type(optimizer).__name__}")
-
-
-DIFFERENCES = (
+SEED004_DIFFERENCES = (
     ("detects overflow", "no: the caller must pass `overflow`",
      "yes: unscale_() checks every grad for inf/nan (found_inf)"),
     ("skips the optimizer step on overflow", "no: it has no step(); inf/nan reach the weights",
@@ -117,8 +61,11 @@ class SeedLossScale(_Scaler):
     growth_interval: int = 2000
     steps_since_last_overflow: int = 0
 
+    STATE = ("loss_scale", "steps_since_last_overflow")
     TRACKED = ("steps_since_last_overflow",)
     COUNTER = "steps_since_last_overflow"
+    FACTS = Facts("seed 004's hand-written DynamicLossScaler", "seeds/004 (the course's source document)",
+                  "initial_scale", "growth_interval", "Python number", "none", "none", "applied (no check); scale / 2")
 
     def __post_init__(self):
         self._set(loss_scale=num.check_scale("loss_scale", self.loss_scale),
@@ -130,53 +77,30 @@ class SeedLossScale(_Scaler):
     def create(cls, initial_scale=2**16, growth_interval=2000):
         return cls(num.check_scale("initial_scale", initial_scale), growth_interval)
 
-    def _applies(self, finite: bool) -> bool:
-        return True
+    def rule(self):
+        growth_interval = self.growth_interval
 
-    def _adjust(self, finite: bool) -> "SeedLossScale":
-        s = self.loss_scale
-        if not finite:
-            try:
-                s /= 2
-            except OverflowError:
-                raise ScalerStopped(STOP_MESSAGE) from None
-            return self._next(loss_scale=s, steps_since_last_overflow=0)
-        steps = self.steps_since_last_overflow + 1
-        if steps >= self.growth_interval:
-            s *= 2
-            steps = 0
-        return self._next(loss_scale=s, steps_since_last_overflow=steps)
-
-
-def fast_seed004(flags, opts):
-    s, n = opts["initial_scale"], opts["growth_interval"]
-    scales, counts = [], []
-    keep, track = scales.append, counts.append
-    c, stopped = 0, None
-    for it, o in enumerate(flags):
-        keep(s)
-        if o:
-            try:
-                s /= 2
-            except OverflowError:
-                track(c)
-                stopped = it
-                break
-            c = 0
-        else:
-            c += 1
-            if c >= n:
-                s *= 2
-                c = 0
-        track(c)
-    return scales, [True] * len(scales), {"steps_since_last_overflow": counts}, stopped, s
+        def step(finite, state):
+            scale, steps = state
+            if not finite:
+                try:
+                    scale /= 2
+                except OverflowError:
+                    raise ScalerStopped(STOP_MESSAGE, applied=True) from None
+                return True, (scale, 0)
+            steps += 1
+            if steps >= growth_interval:
+                scale *= 2
+                steps = 0
+            return True, (scale, steps)
+        return step
 
 
-def differences_table():
+def seed004_differences():
     """Seed 004's scaler next to torch.amp.GradScaler, row by row, as a Table."""
     from labkit.table import Table
 
-    return Table(("", "seed 004 DynamicLossScaler", "torch.amp.GradScaler"), DIFFERENCES,
+    return Table(("", "seed 004 DynamicLossScaler", "torch.amp.GradScaler"), SEED004_DIFFERENCES,
                  "Seed 004's hand-written scaler vs PyTorch's")
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from labkit._validate import integer
 from labkit.scaling import _numbers as num
-from labkit.scaling.basic import _Scaler
+from labkit.scaling.basic import Facts, _Scaler
 
 INT64_MAX = 2**63 - 1  # torch passes growth_interval to its kernel as an int64 (larger: "Overflow when unpacking")
 
@@ -57,8 +57,13 @@ class TorchGradScaler(_Scaler):
     growth_interval: int = 2000
     growth_tracker: int = 0
 
+    STATE = ("loss_scale", "growth_tracker")
     TRACKED = ("growth_tracker",)
     COUNTER = "growth_tracker"
+    FACTS = Facts("torch.amp.GradScaler(device)",
+                  "pytorch/pytorch torch/amp/grad_scaler.py; aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp",
+                  "init_scale", "growth_interval", "float32 tensor", "none (reaches 0.0)",
+                  "refuses to grow into inf", "skip; scale * backoff_factor")
 
     def __post_init__(self):
         self._set(
@@ -75,39 +80,20 @@ class TorchGradScaler(_Scaler):
         return cls(num.check_scale("init_scale", init_scale, float32=True), growth_factor, backoff_factor,
                    growth_interval)
 
-    def _adjust(self, finite: bool) -> "TorchGradScaler":
-        if not finite:
-            scale = num.f32(self.loss_scale * self.backoff_factor)
-            return self._next(loss_scale=scale, growth_tracker=0)
-        successful = self.growth_tracker + 1
-        if successful == self.growth_interval:
-            new_scale = num.f32(self.loss_scale * self.growth_factor)
-            scale = new_scale if math.isfinite(new_scale) else self.loss_scale
-            return self._next(loss_scale=scale, growth_tracker=0)
-        return self._next(growth_tracker=successful)
+    def rule(self):
+        f32, isfinite = num.f32, math.isfinite
+        growth_factor, backoff_factor, growth_interval = self.growth_factor, self.backoff_factor, self.growth_interval
 
-
-def fast_torch(flags, opts):
-    f32, isfinite = num.f32, math.isfinite
-    s = f32(opts["init_scale"])
-    g, b, n = opts["growth_factor"], opts["backoff_factor"], opts["growth_interval"]
-    scales, trackers = [], []
-    keep, track = scales.append, trackers.append
-    t = 0
-    for o in flags:
-        keep(s)
-        if o:
-            s = f32(s * b)
-            t = 0
-        else:
-            t += 1
-            if t == n:
-                new = f32(s * g)
-                if isfinite(new):
-                    s = new
-                t = 0
-        track(t)
-    return scales, None, {"growth_tracker": trackers}, None, s
+        def step(finite, state):
+            scale, growth_tracker = state
+            if not finite:
+                return False, (f32(scale * backoff_factor), 0)
+            successful = growth_tracker + 1
+            if successful == growth_interval:
+                new_scale = f32(scale * growth_factor)
+                return True, (new_scale if isfinite(new_scale) else scale, 0)
+            return True, (scale, successful)
+        return step
 
 
 @dataclass(frozen=True)
@@ -144,8 +130,11 @@ class ApexLossScaler(_Scaler):
     max_loss_scale: float = 2.0**24
     unskipped: int = 0
 
+    STATE = ("loss_scale", "unskipped")
     TRACKED = ("unskipped",)
     COUNTER = "unskipped"
+    FACTS = Facts("apex.amp LossScaler('dynamic')", "NVIDIA/apex apex/amp/scaler.py", "init_scale", "scale_window",
+                  "Python float", "none unless min_loss_scale", "max_loss_scale (2**24)", "skip; scale / 2")
 
     def __post_init__(self):
         self._set(
@@ -165,34 +154,18 @@ class ApexLossScaler(_Scaler):
         cap = num.check_scale("max_loss_scale", max_loss_scale)
         return cls(min(cap, init), scale_window, min_loss_scale, cap)
 
-    def _adjust(self, finite: bool) -> "ApexLossScaler":
-        s, unskipped = self.loss_scale, self.unskipped
-        if not finite:
-            s = max(self.min_loss_scale, s / 2.0) if self.min_loss_scale else s / 2.0
-            unskipped = 0
-        else:
-            unskipped += 1
-        if unskipped == self.scale_window:
-            s = min(self.max_loss_scale, s * 2.0)
-            unskipped = 0
-        return self._next(loss_scale=s, unskipped=unskipped)
+    def rule(self):
+        min_loss_scale, max_loss_scale, scale_window = self.min_loss_scale, self.max_loss_scale, self.scale_window
 
-
-def fast_apex(flags, opts):
-    cap, lo, n = opts["max_loss_scale"], opts["min_loss_scale"], opts["scale_window"]
-    s = min(cap, opts["init_scale"])
-    scales, counts = [], []
-    keep, track = scales.append, counts.append
-    u = 0
-    for o in flags:
-        keep(s)
-        if o:
-            s = max(lo, s / 2.0) if lo else s / 2.0
-            u = 0
-        else:
-            u += 1
-        if u == n:
-            s = min(cap, s * 2.0)
-            u = 0
-        track(u)
-    return scales, None, {"unskipped": counts}, None, s
+        def step(finite, state):
+            s, unskipped = state
+            if not finite:
+                s = max(min_loss_scale, s / 2.0) if min_loss_scale else s / 2.0
+                unskipped = 0
+            else:
+                unskipped += 1
+            if unskipped == scale_window:
+                s = min(max_loss_scale, s * 2.0)
+                unskipped = 0
+            return finite, (s, unskipped)
+        return step

@@ -5,9 +5,10 @@
 >>> t.scales.tolist(), t.applied.tolist(), t.final_scale
 ([65536.0, 65536.0, 32768.0, 32768.0], [True, False, True, True], 65536.0)
 
-``simulate`` runs each preset's tight loop (a million steps in well under a second);
-``engine="adjust"`` replays the same rule one value at a time through
-``scaler.adjust(finite)`` -- the tests check that both agree step for step.
+Each scaler class states its library's rule once, as ``rule()``: a pure function of plain
+numbers. ``simulate`` loops over it (100,000 steps, the playground's cap, in well under
+half a second: ``benchmarks/scaler_replay.py``); ``engine="adjust"`` replays the same rule
+one value at a time through ``scaler.adjust(finite)``.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def simulate(preset, overflows, init_scale=None, growth_interval=None, *, engine
         (torch ``init_scale`` / ``growth_interval``, Keras ``initial_scale`` /
         ``dynamic_growth_steps``, DeepSpeed ``init_scale`` / ``loss_scale_window``,
         jmp ``loss_scale`` / ``period``, Apex ``init_scale`` / ``scale_window``).
-      engine: "fast" (a tight loop per preset) or "adjust" (the value-based scaler).
+      engine: "fast" (a loop over the scaler's ``rule()`` on plain numbers) or "adjust"
+        (one scaler value per step, through ``adjust``): the same rule, the same trace.
       **preset_options: the preset's own options, e.g. ``hysteresis=2`` for "deepspeed".
 
     >>> simulate("deepspeed", [True, True, True], init_scale=8, hysteresis=2).scales.tolist()
@@ -147,23 +149,21 @@ def simulate(preset, overflows, init_scale=None, growth_interval=None, *, engine
     flags = num.check_overflows(overflows)
     choice("engine", engine, ("fast", "adjust"))
     opts = p.resolve(init_scale=init_scale, growth_interval=growth_interval, **preset_options)
-    if engine == "fast":
-        scales, applied, extras, stopped, final = p.fast(flags, opts)
-    else:
-        scales, applied, extras, stopped, final, _ = _replay(p.scaler.create(**opts), len(flags),
-                                                             lambda i, _scale: flags[i])
+    state = p.scaler.create(**opts)
+    scales, applied, extras, stopped, final, _ = _replay(state, len(flags), lambda i, _scale: flags[i],
+                                                         _one_by_one(state) if engine == "adjust" else None)
     return _trace(p, opts, flags, scales, applied, extras, stopped, final)
 
 
 def _trace(p, opts, flags, scales, applied, extras, stopped, final) -> Trace:
-    """A Trace from what a replay returned (``applied`` None: every clean step applied, no other)."""
+    """A Trace from what a replay returned."""
     overflows = np.asarray(flags, dtype=bool)
     return Trace(
         preset=p.name,
         options=opts,
         overflows=overflows,
         scales=num.floats(scales),
-        applied=~overflows[: len(scales)] if applied is None else np.asarray(applied, dtype=bool),
+        applied=np.asarray(applied, dtype=bool),
         final_scale=num.to_float(final),
         extras={k: np.asarray(v) for k, v in extras.items()},
         stopped_at=stopped,
@@ -179,28 +179,42 @@ def _stop_reason(name: str) -> str:
             "'Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.'")
 
 
-def _replay(state, steps: int, overflow_at):
-    """Step a value-based scaler: ``overflow_at(step, scale)`` says whether that step overflows.
+def _replay(state, steps: int, overflow_at, step=None):
+    """Run ``state.rule()`` (or ``step``) on plain tuples; ``overflow_at(step, scale)``: does that step overflow?
 
     Returns (scales, applied, extras, stopped_at, final_scale, overflows).
     """
-    names = state.TRACKED
-    scales, applied, flags, extras = [], [], [], {k: [] for k in names}
+    step = state.rule() if step is None else step
+    values = state.state_values()
+    scales, applied, flags, after = [], [], [], []
+    keep, apply, flag, track = scales.append, applied.append, flags.append, after.append
     stopped = None
     for i in range(steps):
-        overflow = bool(overflow_at(i, state.loss_scale))
-        flags.append(overflow)
-        scales.append(state.loss_scale)
-        applied.append(state.applies(not overflow))
+        overflow = overflow_at(i, values[0])  # a bool (check_overflows' list, _FormatOverflow)
+        flag(overflow)
+        keep(values[0])
         try:
-            state = state.adjust(not overflow)
-        except ScalerStopped:
+            done, values = step(not overflow, values)
+        except ScalerStopped as stop:
+            apply(stop.applied)
+            track(values)
             stopped = i
-        for k in names:
-            extras[k].append(getattr(state, k))
-        if stopped is not None:
             break
-    return scales, applied, extras, stopped, state.loss_scale, flags
+        apply(done)
+        track(values)
+    extras = {k: [v[j] for v in after] for j, k in ((state.STATE.index(k), k) for k in state.TRACKED)}
+    return scales, applied, extras, stopped, values[0], flags
+
+
+def _one_by_one(state):
+    """The rule stepped through scaler values: ``adjust`` and ``applies``, one new value per step."""
+    current = [state]
+
+    def step(finite, _values):
+        done = current[0].applies(finite)
+        current[0] = current[0].adjust(finite)
+        return done, current[0].state_values()
+    return step
 
 
 def _flags(name: str, values) -> np.ndarray:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import importlib
 
 from labkit._validate import choice
+from labkit.train import data, models, report
 from labkit.train.config import DATASETS, FRAMEWORKS, MODELS, PRECISIONS, RunConfig
+from labkit.train.lessons import GradientError, gradient_error, gradient_error_table, moved_fraction
 from labkit.train.loop import RunFailed, StepOut, train
 from labkit.train.result import RunResult, log_path
 
@@ -32,15 +34,17 @@ def run(config: RunConfig) -> RunResult:
     if config.devices > 1:
         if config.out is not None:
             log_path(config.out)  # the engines' subprocesses write it
-        _runner(config.framework)
+        runner(config.framework)
         from labkit.train import launch
 
         return launch.run_distributed(config)
     return train(config, _make_stepper)
 
 
-def _runner(framework: str):
-    """The runner module for `framework` (imported now): an ImportError naming the extra if it is missing."""
+def runner(framework: str):
+    """The runner module of `framework` (``labkit.train.torch.stepper`` ...), imported now, whose
+    ``make_stepper(config, data)`` builds the `Stepper` the loop drives; an ImportError naming the
+    extra if the framework is missing."""
     try:
         return importlib.import_module(_RUNNERS[choice("framework", framework, FRAMEWORKS)])
     except ImportError as exc:  # the extras are named as the frameworks are
@@ -48,7 +52,8 @@ def _runner(framework: str):
 
 
 def _make_stepper(config: RunConfig, data):
-    return _runner(config.framework).make_stepper(config, data)
+    return runner(config.framework).make_stepper(config, data)
 
 
-__all__ = ["DATASETS", "FRAMEWORKS", "MODELS", "PRECISIONS", "RunConfig", "RunFailed", "RunResult", "StepOut", "run"]
+__all__ = ["DATASETS", "FRAMEWORKS", "GradientError", "MODELS", "PRECISIONS", "RunConfig", "RunFailed", "RunResult", "StepOut",
+           "data", "gradient_error", "gradient_error_table", "models", "moved_fraction", "report", "run", "runner"]

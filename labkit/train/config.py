@@ -36,11 +36,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from labkit._validate import choice, integer, number, shown
-from labkit.train.models import transformer_shape
+from labkit.memory.shapes import MAX_BATCH_SIZE, MAX_WIDTH, MODELS, transformer_shape
 
 FRAMEWORKS = ("torch", "jax", "tf")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16-pure")
-MODELS = ("mlp", "transformer")
 DATASETS = ("digits", "synthetic")
 OPTIMIZERS = ("adam", "sgd")
 PARALLEL = ("dp", "fsdp", "zero1", "zero2")
@@ -50,8 +49,6 @@ DEVICES = ("auto", "cpu", "cuda", "gpu", "tpu")
 
 
 FLOAT32_MAX = float.fromhex("0x1.fffffeP127")  # 3.4e38: the frameworks hold lr and the loss scale in float32
-MAX_BATCH_SIZE = 2**20  # far past any batch here; beyond it one batch's index array alone is gigabytes
-MAX_WIDTH = 2**16  # an MLP this wide already holds 2**32 weights (17 GB in fp32)
 
 
 def _positive(field: str, value, *, optional: bool = False) -> float | None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-PIXEL_LEVELS = 17  # digits pixels are integers 0..16: the transformer's token vocabulary
+from labkit._validate import integer, number, shown
+from labkit.memory.shapes import PIXEL_LEVELS  # digits pixels are integers 0..16: the transformer's token vocabulary
 
 
 @dataclass(frozen=True)
@@ -32,28 +33,51 @@ class Dataset:
     y_test: np.ndarray
     n_classes: int = 10
 
+    def __post_init__(self):
+        integer("n_classes", self.n_classes, minimum=1)
+
     @staticmethod
     def tokens(x: np.ndarray) -> np.ndarray:
         """Pixel intensities in [0, 1] back to integer tokens 0..16 (the transformer's input)."""
-        return np.rint(x * (PIXEL_LEVELS - 1)).astype(np.int32)
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError, OverflowError):
+            arr = None
+        if arr is None or arr.dtype.kind not in "biuf":
+            raise TypeError(f"x must be an array of pixel intensities in [0, 1]; got {type(x).__name__} {shown(x)}")
+        return np.rint(arr * (PIXEL_LEVELS - 1)).astype(np.int32)
 
 
-def load(name: str = "digits", seed: int = 0, test_fraction: float = 0.2) -> Dataset:
-    """Load a data set and split it, reproducibly for a given seed."""
+def arrays(name: str = "digits", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A data set's images (float32 pixels in [0, 1], one row of 64 per image) and labels (int32),
+    unsplit, in their own order; `seed` picks the synthetic set's draw (the digits are fixed)."""
+    _dataset_name(name)
+    seed = integer("seed", seed, minimum=0)
     if name == "digits":
         try:
             from sklearn.datasets import load_digits
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError("the digits data set ships with scikit-learn: pip install scikit-learn") from exc
         bunch = load_digits()
-        x = (bunch.data / (PIXEL_LEVELS - 1)).astype(np.float32)
-        y = bunch.target.astype(np.int32)
-    elif name == "synthetic":
+        return (bunch.data / (PIXEL_LEVELS - 1)).astype(np.float32), bunch.target.astype(np.int32)
+    if name == "synthetic":
         rng = np.random.default_rng(1_000_003 + seed)
         x = (rng.integers(0, PIXEL_LEVELS, size=(2048, 64)) / (PIXEL_LEVELS - 1)).astype(np.float32)
-        y = rng.integers(0, 10, size=2048).astype(np.int32)
-    else:
-        raise ValueError(f"unknown dataset {name!r}; choose one of digits, synthetic")
+        return x, rng.integers(0, 10, size=2048).astype(np.int32)
+    raise AssertionError(name)  # pragma: no cover - _dataset_name refused it
+
+
+def _dataset_name(name) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a dataset name, one of digits, synthetic; got {type(name).__name__} {shown(name)}")
+    if name not in ("digits", "synthetic"):
+        raise ValueError(f"unknown dataset name {shown(name)}; choose one of digits, synthetic")
+
+
+def load(name: str = "digits", seed: int = 0, test_fraction: float = 0.2) -> Dataset:
+    """Load a data set (`arrays`) and split it, reproducibly for a given seed."""
+    number("test_fraction", test_fraction, minimum=0, maximum=1)
+    x, y = arrays(name, seed)
     order = np.random.default_rng(seed).permutation(len(x))
     n_test = int(round(len(x) * test_fraction))
     test, train = order[:n_test], order[n_test:]
@@ -62,8 +86,14 @@ def load(name: str = "digits", seed: int = 0, test_fraction: float = 0.2) -> Dat
 
 def batches(data: Dataset, batch_size: int, seed: int = 0):
     """Endless shuffled mini-batches (x, y) from the training split, epoch after epoch."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if not isinstance(data, Dataset):
+        raise TypeError(f"data must be a Dataset (load's result); got {type(data).__name__} {shown(data)}")
+    integer("batch_size", batch_size, minimum=1)
+    integer("seed", seed, minimum=0)
+    return _batches(data, batch_size, seed)
+
+
+def _batches(data: Dataset, batch_size: int, seed: int):
     rng = np.random.default_rng(seed + 1)
     n = len(data.x_train)
     while True:
@@ -73,3 +103,6 @@ def batches(data: Dataset, batch_size: int, seed: int = 0):
         for start in range(0, len(order) - batch_size + 1, batch_size):
             idx = order[start:start + batch_size]
             yield data.x_train[idx], data.y_train[idx]
+
+
+__all__ = ["Dataset", "PIXEL_LEVELS", "arrays", "batches", "load"]

@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from labkit.memory import MemoryReport
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset, batches, load
 from labkit.train.result import LogWriteFailed, Recorder, RunResult
@@ -56,7 +57,9 @@ class Stepper(Protocol):
 
     def nonfinite_layer(self) -> str | None: ...
 
-    def memory(self) -> dict: ...
+    def params(self) -> dict[str, np.ndarray]: ...  # the weights under labkit.train.models' names
+
+    def memory(self) -> MemoryReport: ...  # a labkit.memory.MemoryReport's to_dict(): RunResult.memory
 
 
 class RunFailed(RuntimeError):
@@ -104,9 +107,9 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
                 bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
             if not math.isfinite(out.loss):
                 return rec.end("diverged", diverged_step=i, diverged_where=stepper.nonfinite_layer(),
-                               memory=stepper.memory(), extra=_extra(stepper))
+                               memory=stepper.memory().to_dict(), extra=_extra(stepper))
         accuracy = float(stepper.evaluate(data.x_test, data.y_test))
-        return rec.end("ok", metric={"name": "accuracy", "value": accuracy}, memory=stepper.memory(),
+        return rec.end("ok", metric={"name": "accuracy", "value": accuracy}, memory=stepper.memory().to_dict(),
                        extra=_extra(stepper))
     except KeyboardInterrupt:
         return rec.end("interrupted")  # never raises: a log without its end line reads as interrupted

@@ -26,79 +26,41 @@ LayerNorm uses eps = 1e-5 and the biased variance, as torch.nn.LayerNorm does.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.train.data import PIXEL_LEVELS, Dataset
+# the shapes are plain values in labkit.memory (which counts bytes from them); the rooms read them from here
+from labkit._validate import choice, integer, shown
+from labkit.memory.shapes import (DEFAULT_WIDTH, MODELS, N_CLASSES, N_PIXELS, PIXEL_LEVELS, TransformerShape,
+                                  param_shapes, transformer_shape)
+from labkit.train.data import Dataset
 
-N_CLASSES = 10
-N_PIXELS = 64
 LN_EPS = 1e-5
 
 
-@dataclass(frozen=True)
-class TransformerShape:
-    d_model: int = 64
-    heads: int = 4
-    layers: int = 2
-
-    @property
-    def d_head(self) -> int:
-        return self.d_model // self.heads
-
-
-DEFAULT_WIDTH = {"mlp": 256, "transformer": 64}
-
-
-def transformer_shape(width: int | None = None) -> TransformerShape:
-    d = width or DEFAULT_WIDTH["transformer"]
-    if d % 4:
-        raise ValueError(f"transformer width must be a multiple of 4 (4 heads), got {d}")
-    return TransformerShape(d_model=d)
+def _init_std(model: str, name: str, shape: tuple[int, ...]) -> float | None:
+    """The standard deviation a weight starts from; None for a constant (a bias, a norm's scale)."""
+    if name.endswith(("/bias", "/scale")):
+        return None
+    if model == "mlp":  # He init for the ReLU layers, LeCun for the output
+        return math.sqrt((1 if name == "out/kernel" else 2) / shape[0])
+    if name.endswith(("attn/out/kernel", "mlp/fc2/kernel")):  # the residual projections, GPT-2's scaling
+        return 0.02 / math.sqrt(2 * TransformerShape().layers)
+    return 0.02
 
 
 def param_layout(model: str, width: int | None = None) -> list[tuple[str, tuple[int, ...], float | None]]:
-    """Each parameter's (name, shape, init std) in a fixed order, without allocating any of it.
+    """Each parameter's (name, shape, init std) in a fixed order, without allocating any of it:
+    `labkit.memory.shapes.param_shapes` with each weight's initial spread.
 
     std None means a constant: ones for a norm's scale, zeros for biases and a norm's bias.
     """
-    layout: list[tuple[str, tuple[int, ...], float | None]] = []
-
-    def dense(name, fan_in, fan_out, std):
-        layout.extend([(f"{name}/kernel", (fan_in, fan_out), std), (f"{name}/bias", (fan_out,), None)])
-
-    def norm(name, d):
-        layout.extend([(f"{name}/scale", (d,), None), (f"{name}/bias", (d,), None)])
-
-    if model == "mlp":
-        w = width or DEFAULT_WIDTH["mlp"]
-        dense("dense1", N_PIXELS, w, math.sqrt(2 / N_PIXELS))  # He init for ReLU
-        dense("dense2", w, w, math.sqrt(2 / w))
-        dense("out", w, N_CLASSES, math.sqrt(1 / w))
-    elif model == "transformer":
-        s = transformer_shape(width)
-        d = s.d_model
-        layout.append(("embed/embedding", (PIXEL_LEVELS, d), 0.02))
-        layout.append(("pos/embedding", (N_PIXELS, d), 0.02))
-        for i in range(s.layers):
-            b = f"block{i}"
-            norm(f"{b}/ln1", d)
-            dense(f"{b}/attn/qkv", d, 3 * d, 0.02)
-            dense(f"{b}/attn/out", d, d, 0.02 / math.sqrt(2 * s.layers))
-            norm(f"{b}/ln2", d)
-            dense(f"{b}/mlp/fc1", d, 4 * d, 0.02)
-            dense(f"{b}/mlp/fc2", 4 * d, d, 0.02 / math.sqrt(2 * s.layers))
-        norm("ln_f", d)
-        dense("head", d, N_CLASSES, 0.02)
-    else:
-        raise ValueError(f"unknown model {model!r}; choose one of mlp, transformer")
-    return layout
+    return [(name, shape, _init_std(model, name, shape)) for name, shape in param_shapes(model, width)]
 
 
 def init_params(model: str, seed: int = 0, width: int | None = None) -> dict[str, np.ndarray]:
     """Initial parameters as float32 numpy arrays, in a fixed order (`param_layout`'s)."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(integer("seed", seed, minimum=0))
     params: dict[str, np.ndarray] = {}
     for name, shape, std in param_layout(model, width):
         if std is not None:
@@ -108,8 +70,16 @@ def init_params(model: str, seed: int = 0, width: int | None = None) -> dict[str
     return params
 
 
+def _params(params) -> dict:
+    """`params` as init_params returns it: a non-empty dict of name -> numpy array."""
+    if not isinstance(params, dict) or not params or not all(isinstance(v, np.ndarray) for v in params.values()):
+        raise TypeError(f"params must be a non-empty dict of name -> numpy array (init_params' result); "
+                        f"got {type(params).__name__} {shown(params)}")
+    return params
+
+
 def count_params(params: dict[str, np.ndarray]) -> int:
-    return int(sum(v.size for v in params.values()))
+    return int(sum(v.size for v in _params(params).values()))
 
 
 # -- the reference forward pass (float64 numpy) ------------------------------------------
@@ -127,8 +97,18 @@ def _gelu(x):
 
 def reference_logits(model: str, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
     """Logits of `model` for pixel inputs x in [0, 1], shape (batch, 64), in float64."""
+    model = choice("model", model, MODELS)
+    missing = [n for n, _ in param_shapes(model) if not n.startswith("block") and n not in _params(params)]
+    if missing:
+        raise ValueError(f"params lacks {', '.join(missing)}: give init_params({model!r}, ...)'s result")
     p = {k: v.astype(np.float64) for k, v in params.items()}
-    x = np.asarray(x, np.float64)
+    try:
+        x = np.asarray(x, np.float64)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"x must be an array of pixels in [0, 1], shape (batch, {N_PIXELS}); "
+                        f"got {type(x).__name__} {shown(x)}") from None
+    if x.ndim != 2 or x.shape[1] != N_PIXELS or not x.shape[0]:
+        raise ValueError(f"x must have shape (batch, {N_PIXELS}) with batch >= 1; got shape {x.shape}")
     if model == "mlp":
         h = np.maximum(x @ p["dense1/kernel"] + p["dense1/bias"], 0)
         h = np.maximum(h @ p["dense2/kernel"] + p["dense2/bias"], 0)
@@ -155,3 +135,7 @@ def reference_logits(model: str, params: dict[str, np.ndarray], x: np.ndarray) -
         i += 1
     pooled = _layer_norm(h.mean(-2), p["ln_f/scale"], p["ln_f/bias"])
     return pooled @ p["head/kernel"] + p["head/bias"]
+
+
+__all__ = ["DEFAULT_WIDTH", "LN_EPS", "N_CLASSES", "N_PIXELS", "PIXEL_LEVELS", "TransformerShape", "count_params", "init_params", "param_layout",
+           "reference_logits", "transformer_shape"]

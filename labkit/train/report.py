@@ -1,4 +1,7 @@
-"""Runs side by side: one table and one figure for RunResults of any framework.
+"""Runs side by side: tables and a figure for RunResults of any framework, on one device or several.
+
+`run_table` and `plot_runs` compare runs; `step_time_table`, `gather_table` and
+`zero_memory_table` read what a multi-device run adds (its engine, collectives and ZeRO memory).
 
 >>> from labkit.train import RunConfig, RunResult
 >>> r = RunResult(RunConfig("torch", steps=3), losses=[2.3, 2.0, 1.8], step_times=[0.5, 0.01, 0.01],
@@ -15,7 +18,10 @@ import math
 
 import numpy as np
 
+from labkit._validate import integer, shown
+from labkit.memory import MemoryReport, param_count
 from labkit.table import Table
+from labkit.train.result import RunResult
 
 
 def _kib(n) -> str:
@@ -23,13 +29,37 @@ def _kib(n) -> str:
 
 
 def _state_bytes_per_param(r) -> str:
-    from labkit.train.models import count_params, init_params
-
-    keys = ("parameter_bytes", "gradient_bytes", "optimizer_state_bytes")
-    if not all(k in r.memory for k in keys):
+    m = MemoryReport.from_dict(r.config.framework, r.memory)
+    states = (m.parameter_bytes, m.gradient_bytes, m.optimizer_state_bytes)
+    if None in states:
         return "-"
-    n = count_params(init_params(r.config.model, width=r.config.width))
-    return f"{sum(r.memory[k] for k in keys) / n:.1f}"
+    return f"{sum(states) / param_count(r.config.model, r.config.width):.1f}"
+
+
+def _runs(results) -> list:
+    """A list of RunResults from any iterable of them (not a string, not one RunResult alone)."""
+    if isinstance(results, (str, bytes, dict, RunResult)) or not hasattr(results, "__iter__"):
+        raise TypeError(f"results must be a list of RunResults; got {type(results).__name__} {shown(results)}")
+    results = list(results)
+    for r in results:
+        if not isinstance(r, RunResult):
+            raise TypeError(f"results must hold RunResults; got {type(r).__name__} {shown(r)}")
+    return results
+
+
+def _labels(labels, results) -> list:
+    """One label (a string) per run; None: each run's precision."""
+    if labels is None:
+        return [r.config.precision for r in results]
+    if isinstance(labels, (str, bytes, dict)) or not hasattr(labels, "__iter__"):
+        raise TypeError(f"labels must be a list of names, one per run; got {type(labels).__name__} {shown(labels)}")
+    labels = list(labels)
+    for label in labels:
+        if not isinstance(label, str):
+            raise TypeError(f"labels must hold names (strings); got {type(label).__name__} {shown(label)}")
+    if len(labels) != len(results):
+        raise ValueError(f"{len(labels)} labels for {len(results)} runs")
+    return labels
 
 
 def run_table(results, labels=None) -> Table:
@@ -37,10 +67,8 @@ def run_table(results, labels=None) -> Table:
     (the first step -- compilation, warm-up -- left out), samples/s, the parameter and
     optimizer-state bytes the framework reported, and model-state bytes per parameter
     (weights + gradients + optimizer states: 16 for Adam in fp32 and under autocast)."""
-    results = list(results)
-    labels = list(labels) if labels is not None else [r.config.precision for r in results]
-    if len(labels) != len(results):
-        raise ValueError(f"{len(labels)} labels for {len(results)} runs")
+    results = _runs(results)
+    labels = _labels(labels, results)
     rows = []
     for label, r in zip(labels, results):
         t = r.median_step_time()
@@ -70,10 +98,14 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
 
-    results = list(results)
+    results = _runs(results)
     if not results:
-        raise ValueError("plot_runs needs at least one RunResult")
-    labels = list(labels) if labels is not None else [r.config.precision for r in results]
+        raise ValueError("plot_runs needs at least one RunResult in results")
+    labels = _labels(labels, results)
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a string; got {type(title).__name__} {shown(title)}")
+    smooth = integer("smooth", smooth, minimum=1)
+    dpi = integer("dpi", dpi, minimum=10, maximum=1000)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi, gridspec_kw={"width_ratios": [3, 2]})
     lows, highs = [], []
     for i, (label, r) in enumerate(zip(labels, results)):
@@ -121,7 +153,115 @@ def loss_gap(a, b) -> float:
     from labkit.train.result import RunResult
 
     if not (isinstance(a, RunResult) and isinstance(b, RunResult)):
-        raise TypeError(f"loss_gap takes two RunResults, got {type(a).__name__} and {type(b).__name__}")
+        raise TypeError(f"a and b must be two RunResults; got {type(a).__name__} and {type(b).__name__}")
     if len(a.losses) != len(b.losses) or not a.losses:
-        raise ValueError(f"loss_gap compares runs of the same steps; got {len(a.losses)} and {len(b.losses)} losses")
+        raise ValueError(f"a and b must be runs of the same steps (loss_gap compares them); got {len(a.losses)} and {len(b.losses)} losses")
     return max(abs(x - y) for x, y in zip(a.losses, b.losses))
+
+
+_SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}  # tf.distribute reports dtype names
+
+
+def _engine(r: RunResult) -> str:
+    if r.config.devices < 2:
+        return "one device"
+    if r.config.parallel.startswith("zero"):
+        return f"DeepSpeed ZeRO-{r.config.parallel[-1]}"
+    names = {"torch": {"dp": "DDP", "fsdp": "FSDP2"}, "jax": {"dp": "jit, data parallel", "fsdp": "jit, FSDP-style"},
+             "tf": {"dp": "MirroredStrategy"}}
+    return names.get(r.config.framework, {}).get(r.config.parallel, r.config.parallel)
+
+
+def step_time_table(results: dict) -> Table:
+    """One row per run ({label: RunResult}): framework, devices, engine, gradient-reduction dtype,
+    bytes the collectives moved per step, median step time (first step left out) and samples/s.
+
+    The time is wall-clock on *this* machine: on one CPU, N "devices" share its cores and every
+    collective is a memory copy, so more devices are slower here; on N GPUs the same runs measure
+    what the collectives really cost.
+    """
+    if not isinstance(results, dict) or not all(isinstance(r, RunResult) for r in results.values()):
+        raise TypeError(f"results must be a dict {{label: RunResult}}; got {type(results).__name__} {shown(results)}")
+    rows = []
+    for label, r in results.items():
+        t = r.median_step_time()
+        ok = t > 0 and math.isfinite(t)
+        reduce = r.extra.get("reduce_dtype", "-")
+        reduce = reduce if isinstance(reduce, (list, tuple)) else [reduce or "-"]
+        reduce = "/".join(sorted({_SHORT.get(d, d) for d in reduce}))
+        rows.append((str(label), r.config.framework, str(r.config.devices), _engine(r), reduce,
+                     str(r.extra.get("comm_bytes_per_step", 0)), f"{1e3 * t:.1f}" if ok else "-",
+                     f"{r.config.batch_size / t:.0f}" if ok else "-"))
+    cols = ("run", "framework", "devices", "engine", "reduce", "bytes/step", "median step ms", "samples/s")
+    return Table(cols, tuple(rows))
+
+
+_GATHER_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}  # HLO names -> labkit's
+
+
+def gathered(result: RunResult) -> dict:
+    """The parameter all-gathers of one step of a sharded run: their dtype, elements and bytes.
+
+    torch (FSDP2): the collectives the profiler saw (``extra["collectives"]``); jax: the
+    program as labkit wrote it (``extra["collectives_requested"]``, before XLA optimises it).
+    Returns ``{"dtype": "bf16" | "fp32" | "bf16/fp32", "elements": int, "bytes": int}``.
+    """
+    if not isinstance(result, RunResult):
+        raise TypeError(f"gathered takes a RunResult; got {type(result).__name__}")
+    if result.config.framework == "jax":
+        rows = [{"dtype": c["dtype"], "elements": math.prod(c["shape"]), "bytes": c["bytes"]}
+                for c in result.extra.get("collectives_requested", []) if c["op"] == "all-gather"]
+    elif result.config.framework == "torch":
+        rows = [c for c in result.extra.get("collectives", []) if c["op"].startswith("allgather")]
+    else:
+        raise ValueError(f"gathered reads torch and jax runs; got framework={result.config.framework!r}")
+    if not rows:
+        raise ValueError("gathered needs a sharded run (parallel='fsdp') whose collectives were recorded; "
+                         "this one has no all-gather")
+    dtypes = sorted({_GATHER_DTYPES.get(r["dtype"], r["dtype"]) for r in rows})
+    return {"dtype": "/".join(dtypes), "elements": sum(int(r["elements"]) for r in rows),
+            "bytes": sum(int(r["bytes"]) for r in rows)}
+
+
+def gather_table(results: dict) -> Table:
+    """One row per sharded run ({label: RunResult}): what its parameter all-gathers moved in one
+    step -- dtype, elements, bytes, bytes per element -- and what the same gathers would move in
+    bf16 (2 bytes per element)."""
+    if not isinstance(results, dict) or not results or not all(isinstance(r, RunResult) for r in results.values()):
+        raise TypeError("results must be a non-empty dict {label: RunResult}; "
+                        f"got {type(results).__name__} {shown(results)}")
+    rows = []
+    for label, r in results.items():
+        g = gathered(r)
+        rows.append((str(label), g["dtype"], str(g["elements"]), str(g["bytes"]),
+                     f"{g['bytes'] / g['elements']:g}", str(2 * g["elements"])))
+    cols = ("run", "gathered in", "elements/step", "bytes/step", "bytes/element", "bytes if bf16")
+    return Table(cols, tuple(rows))
+
+
+def zero_memory_table(result: RunResult) -> Table:
+    """A DeepSpeed ZeRO run: each rank's bytes as read from DeepSpeed's buffers, next to the
+    ZeRO paper's formula (`deepspeed_config.zero_memory`) for the same parameter count, stage
+    and ranks. The measured partitions are a few elements larger: DeepSpeed pads the flat buffer
+    so that it splits evenly. Gradients are not listed: ZeRO frees them after each step."""
+    from labkit.train.torch.deepspeed_config import zero_memory
+
+    if not isinstance(result, RunResult) or "zero_stage" not in result.extra:
+        raise ValueError("zero_memory_table needs the RunResult of a DeepSpeed run (parallel='zero1' or 'zero2')")
+    n = param_count(result.config.model, result.config.width)
+    world, stage = result.extra["world_size"], result.extra["zero_stage"]
+    model = zero_memory(n, ranks=world, stage=stage)
+    parts = (("16-bit working weights", "parameter_bytes", model["weights"]),
+             ("fp32 master weights", "master_weight_bytes", model["master_weights"]),
+             ("Adam m and v (fp32)", "optimizer_state_bytes", model["optimizer_states"]))
+    rows = []
+    for name, measured_key, predicted in parts:
+        if name.startswith("16-bit") and result.config.precision == "fp32":
+            predicted *= 2  # an fp32 run keeps fp32 working weights
+        measured = [m[measured_key] for m in result.extra["memory_by_rank"]]
+        rows.append((name, *map(str, measured), f"{predicted:.0f}"))
+    cols = ("model state", *(f"rank {i} bytes" for i in range(world)), f"ZeRO-{stage} formula, {n} params")
+    return Table(cols, tuple(rows))
+
+
+__all__ = ["gather_table", "gathered", "loss_gap", "plot_runs", "run_table", "step_time_table", "zero_memory_table"]

@@ -9,6 +9,10 @@ without ipywidgets.
 
 import importlib
 
+# what FormatExplorer shows, as text (no ipywidgets); imported here, so that the name is the function
+# and not its module of the same name
+from labkit.widgets.explorer_view import explorer_view
+
 _WIDGETS = {
     "FormatExplorer": "labkit.widgets.explorer",
     "LossScaleExplorer": "labkit.widgets.scaling",
@@ -30,4 +34,5 @@ __all__ = [
     "FormatExplorer",
     "LossScaleExplorer",
     "ScalerPlayground",
+    "explorer_view",
 ]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from labkit._validate import integer, shown
 from labkit.formats.bits import split
 from labkit.formats.describe import Representation, represent
 from labkit.formats.spec import FloatFormat, get
@@ -41,6 +42,9 @@ class Bit:
     index: int
     value: int
     field: str
+
+    def __post_init__(self):
+        integer("index", self.index, minimum=0)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,18 @@ class ExplorerView:
     message: str
     entry: Entry | None
     rows: tuple[FormatRow, ...]
+
+    def __post_init__(self):
+        if not isinstance(self.ok, bool):
+            raise TypeError(f"ok must be True or False; got {type(self.ok).__name__} {shown(self.ok)}")
+        if not isinstance(self.message, str):
+            raise TypeError(f"message must be a string; got {type(self.message).__name__} {shown(self.message)}")
+        if self.entry is not None and not isinstance(self.entry, Entry):
+            raise TypeError(f"entry must be a parsed Entry or None; got {type(self.entry).__name__} {shown(self.entry)}")
+        if not isinstance(self.rows, tuple) or not all(isinstance(r, FormatRow) for r in self.rows):
+            raise TypeError(f"rows must be a tuple of FormatRows; got {type(self.rows).__name__} {shown(self.rows)}")
+        if self.ok and not self.rows:
+            raise ValueError("rows must hold at least one FormatRow when ok is True")
 
     def row(self, name) -> FormatRow:
         want = get(name).name
@@ -127,16 +143,24 @@ def _check_index(fmt, index) -> int:
 def explorer_view(entry, pattern_format: str | FloatFormat = "fp16", names=None) -> ExplorerView:
     """The explorer's view of `entry`: text (see `labkit.widgets.parse`) or a real number."""
     fmts = [get(n) for n in format_names(names)]
-    pattern_fmt = get(pattern_format)
+    try:
+        pattern_fmt = get(pattern_format)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"pattern_format: {exc}") from None
     if isinstance(entry, str):
         try:
             parsed = parse_entry(entry, pattern_fmt)
         except ValueError as exc:
             return ExplorerView(False, str(exc), None, ())
     elif isinstance(entry, (int, float, np.integer, np.floating)) and not isinstance(entry, (bool, np.bool_)):
-        parsed = Entry(repr(float(entry)), float(entry))
+        try:
+            parsed = Entry(repr(float(entry)), float(entry))
+        except OverflowError:
+            raise ValueError(f"entry {shown(entry)} is beyond float64's range; type it as text ('1e400' reads "
+                             "as inf)") from None
     else:
-        raise TypeError(f"explorer_view() takes text or a real number, got {type(entry).__name__}")
+        raise TypeError(f"entry must be text or a real number (explorer_view() takes either), "
+                        f"got {type(entry).__name__}")
     rows = tuple(_row(parsed, f) for f in fmts)
     return ExplorerView(True, _message(parsed), parsed, rows)
 

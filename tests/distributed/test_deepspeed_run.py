@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 
 from labkit.train.torch import deepspeed_config
-from labkit.train import gathered as report
+from labkit.train import report
 from labkit.train.torch import distributed as torch_dist
 from labkit.train import RunConfig, run
 from labkit.train.models import init_params

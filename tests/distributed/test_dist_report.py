@@ -1,8 +1,8 @@
-"""labkit.train.gathered: the step-time and ZeRO memory tables of notebook 08."""
+"""labkit.train.report: the step-time and ZeRO memory tables of notebook 08."""
 
 import pytest
 
-from labkit.train import gathered as report
+from labkit.train import report
 from labkit.train import RunConfig, RunResult
 
 

@@ -19,7 +19,8 @@ pytest.importorskip("flax")
 pytest.importorskip("jmp")
 
 from labkit.train.jax import distributed as jax_dist
-from labkit.train.jax.distributed import Collective, collectives, shard_dim, total_bytes
+from labkit.train.jax.devices import shard_dim
+from labkit.train.jax.hlo import Collective, collectives, total_bytes
 from labkit.train import RunConfig, run
 
 SMALL = {"framework": "jax", "width": 32, "batch_size": 32, "steps": 3, "progress": False}
@@ -103,7 +104,7 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
     feed = batches(data, 32, seed=0)
     def shards():
         return [[np.asarray(s.data).copy() for s in leaf.addressable_shards]
-                for leaf in jax.tree_util.tree_leaves((stepper.params, stepper.opt_state))]
+                for leaf in jax.tree_util.tree_leaves((stepper.flax_params, stepper.opt_state))]
     report = []
     for inject in (False, True, False):
         before = shards()
@@ -119,7 +120,7 @@ OVERFLOW_SCRIPT = textwrap.dedent("""
 
 def test_an_overflow_on_one_device_skips_the_step_on_every_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    root = str(Path(jax_dist.__file__).resolve().parents[2])
+    root = str(Path(jax_dist.__file__).resolve().parents[3])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     proc = subprocess.run([sys.executable, "-c", OVERFLOW_SCRIPT], env=env, capture_output=True, text=True,
                           timeout=300, check=False)

@@ -11,6 +11,12 @@ jmp = pytest.importorskip("jmp")
 optax = pytest.importorskip("optax")
 
 
+def standard_promotion():
+    """jmp's own adjust multiplies an int32 counter by a bool (``counter * grads_finite``), which the
+    suite's strict dtype promotion (the root conftest) refuses: run the real library as its users do."""
+    return jax.numpy_dtype_promotion("standard")
+
+
 def _body(state, finite):
     return state.adjust(finite), (state.loss_scale, state.counter)
 
@@ -21,7 +27,8 @@ _scan = jax.jit(lambda state, finite: jax.lax.scan(_body, state, finite))
 def run_jmp_scan(flags, loss_scale, **kwargs):
     """The whole sequence in one jitted lax.scan (how a JAX training loop carries jmp)."""
     state = jmp.DynamicLossScale(jnp.float32(loss_scale), **kwargs)
-    final, (scales, counters) = _scan(state, jnp.asarray(~np.asarray(flags)))
+    with standard_promotion():
+        final, (scales, counters) = _scan(state, jnp.asarray(~np.asarray(flags)))
     # jmp's counter after each step is the next step's counter
     after = np.append(np.asarray(counters)[1:], int(final.counter))
     return np.asarray(scales, np.float64), after, float(final.loss_scale)
@@ -32,7 +39,8 @@ def run_jmp_eager(flags, loss_scale, **kwargs):
     scales, counters = [], []
     for overflow in flags:
         scales.append(float(state.loss_scale))
-        state = state.adjust(jnp.asarray(not overflow))
+        with standard_promotion():
+            state = state.adjust(jnp.asarray(not overflow))
         counters.append(int(state.counter))
     return np.array(scales), np.array(counters), float(state.loss_scale)
 

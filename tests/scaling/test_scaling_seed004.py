@@ -14,7 +14,7 @@ def run_seed_class(flags, **kwargs):
     """The seed's class in the loop it implies: unscale, step, update(overflow)."""
     p = torch.nn.Parameter(torch.zeros(1))
     opt = torch.optim.SGD([p], lr=1.0)
-    scaler = scaling.Seed004DynamicLossScaler(**kwargs)
+    scaler = scaling.seeds.DynamicLossScaler(**kwargs)
     scales, counters, poisoned = [], [], []
     for overflow in flags:
         scales.append(scaler.scale)

@@ -375,13 +375,13 @@ def test_a_safe_range_past_float64s_limits_is_computed_in_log2():
 def test_the_verbatim_seed_class_checks_its_arguments_and_keeps_its_update():
     import inspect
 
-    source = inspect.getsource(scaling.Seed004DynamicLossScaler.update)
+    source = inspect.getsource(scaling.seeds.DynamicLossScaler.update)
     assert "self.scale /= 2" in source and "_check" not in source
     for name, bad, error in [("growth_interval", 0, ValueError), ("growth_interval", True, TypeError),
                              ("initial_scale", "x", TypeError), ("initial_scale", -1, ValueError)]:
         with pytest.raises(error, match=name):
-            scaling.Seed004DynamicLossScaler(**{name: bad})
-    seed = scaling.Seed004DynamicLossScaler()
+            scaling.seeds.DynamicLossScaler(**{name: bad})
+    seed = scaling.seeds.DynamicLossScaler()
     assert seed.scale_loss(2.0) == 2.0 * 2**16 and seed.scale_loss(np.ones(2)).tolist() == [2.0**16] * 2
     for bad in ([0.5] * 10**4, "x", None, True):
         with pytest.raises(TypeError, match="loss must be a number or a tensor"):
@@ -396,9 +396,35 @@ def test_messages_name_what_the_caller_gave():
     with pytest.raises(ValueError, match="gradients is empty"):
         scaling.fp8_recipe([[1.0]], [])
     with pytest.raises(ValueError, match=r"total_notfinite \(0\) .* at least notfinite_count \(7\)"):
-        scaling.OptaxApplyIfFinite(notfinite_count=7)
+        scaling.OptaxApplyIfFinite(2, notfinite_count=7)
     with pytest.raises(TypeError) as e:
         scaling.overflow_pattern([0.5] * 10**4)
     assert len(str(e.value)) < 300
     with pytest.raises(ValueError, match="growth_interval must be an integer from 1 to 9223372036854775807"):
         scaling.simulate("torch", [False], growth_interval=2**63)  # torch's kernel takes an int64
+
+
+@pytest.mark.parametrize("name, option, bad", [
+    ("torch", "growth_interval", 0), ("torch", "backoff_factor", 2.0), ("keras", "dynamic_growth_steps", 0),
+    ("tf-keras", "dynamic_growth_steps", 0), ("deepspeed", "loss_scale_window", 0),
+    ("deepspeed-fp16-optimizer", "min_loss_scale", -1), ("jmp", "period", 0), ("apex", "scale_window", 0),
+    ("optax", "max_consecutive_errors", -1), ("seed004", "growth_interval", 0), ("static", "skip_nonfinite", 1),
+    ("dynamic", "backoff_factor", 2.0),
+])
+def test_a_scaler_built_directly_gets_the_checks_that_create_and_the_preset_give(name, option, bad):
+    p = scaling.PRESETS[name]
+    error = TypeError if isinstance(bad, int) and option == "skip_nonfinite" else ValueError
+    others = {"max_consecutive_errors": 1} if name == "optax" and option != "max_consecutive_errors" else {}
+    for build in (p.scaler, p.scaler.create, p.create):
+        with pytest.raises(error, match=option):
+            build(**{option: bad}, **others)
+    with pytest.raises(ValueError, match="optax has no default"):
+        scaling.OptaxApplyIfFinite()
+
+
+def test_the_preset_table_reads_each_scalers_own_facts():
+    for name, p in scaling.PRESETS.items():
+        facts = p.scaler.FACTS
+        assert (p.imitates, p.source, p.storage, p.floor, p.ceiling, p.on_overflow) == (
+            facts.imitates, facts.source, facts.storage, facts.floor, facts.ceiling, facts.on_overflow)
+        assert p.init_option in (None, *p.defaults) and p.interval_option in (None, *p.defaults)

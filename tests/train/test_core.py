@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+from labkit.memory import MemoryReport
 from labkit.train import RunConfig, RunFailed, RunResult, StepOut, run
 from labkit.train import data as D
 from labkit.train import models as M
@@ -117,7 +118,7 @@ def test_transformer_attends_to_the_pixels():
 
 
 def test_bad_model_names_and_widths():
-    with pytest.raises(ValueError, match="mlp, transformer"):
+    with pytest.raises(ValueError, match="choose one of 'mlp', 'transformer'"):
         M.init_params("cnn")
     with pytest.raises(ValueError, match="multiple of 4"):
         M.init_params("transformer", width=30)
@@ -158,7 +159,7 @@ class SoftmaxRegression:
         return "w"
 
     def memory(self):
-        return {"parameter_bytes": self.w.nbytes}
+        return MemoryReport("torch", parameter_bytes=self.w.nbytes)  # the framework name only picks log keys
 
 
 def cfg(tmp_path, **kw):

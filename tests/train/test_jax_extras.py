@@ -13,9 +13,16 @@ optax = pytest.importorskip("optax")
 import jax.numpy as jnp  # noqa: E402
 
 from labkit import scaling  # noqa: E402
-from labkit.train.jax.lessons import (  # noqa: E402
-    GradientError, HloSummary, SimpleDense, dtype_tree, gradient_error, hlo_summary, jmp_and_flax_limits,
-    jmp_and_flax_scales, jmp_trajectory, jmp_under_jit, moved_fraction, ops_by_dtype, predict, scaled_gradients)
+from labkit.train.jax import (  # noqa: E402
+    HloSummary, SimpleDense, dtype_tree, dtypes_of, hlo_summary, jmp_and_flax_limits, jmp_and_flax_scales,
+    jmp_trajectory, jmp_under_jit, named, ops_by_dtype, predict, scaled_gradients)
+from labkit.train.lessons import gradient_error  # noqa: E402
+
+
+def moved(before, after) -> float:
+    """The fraction of all entries of two same-shaped trees that differ."""
+    pairs = list(zip(jax.tree.leaves(before), jax.tree.leaves(after)))
+    return sum(int(np.sum(np.asarray(a) != np.asarray(b))) for a, b in pairs) / sum(np.size(a) for a, _ in pairs)
 
 X = jnp.asarray(np.random.default_rng(0).uniform(0, 1, (32, 64)), jnp.float32)
 
@@ -56,26 +63,28 @@ def test_optax_updates_float32_master_params_with_float32_gradients():
     model, params = dense()
     grads = jax.grad(lambda p: model.apply({"params": p}, X).astype(jnp.float32).sum())(params)
     opt = optax.adam(1e-3)
-    updates, _ = opt.update(grads, opt.init(params), params)
+    with jax.numpy_dtype_promotion("standard"):  # optax 0.2.8's Adam: 1 - b1**count, float ** int32
+        updates, _ = opt.update(grads, opt.init(params), params)
     new = optax.apply_updates(params, updates)
     assert dtype_tree(new) == dtype_tree(params) == {"dense_layer": {"bias": "float32", "kernel": "float32"}}
-    assert moved_fraction(params, new) > 0.5
+    assert moved(params, new) > 0.5
 
 
 # -- dtypes of the traced operations ----------------------------------------------------------
 def test_flax_layernorm_computes_its_statistics_in_float32_unless_told_not_to():
     x = jnp.asarray(8 + np.random.default_rng(1).standard_normal((4, 64)), jnp.bfloat16)
     default = nn.LayerNorm(dtype=jnp.bfloat16)
-    ops = ops_by_dtype(lambda v: default.apply(default.init(jax.random.PRNGKey(0), v), v), x)
+    low = nn.LayerNorm(dtype=jnp.bfloat16, force_float32_reductions=False)
+    with jax.numpy_dtype_promotion("standard"):  # Flax 0.12's LayerNorm calls jnp.promote_types(bf16, f32)
+        ops = ops_by_dtype(lambda v: default.apply(default.init(jax.random.PRNGKey(0), v), v), x)
+        low_ops = ops_by_dtype(lambda v: low.apply(low.init(jax.random.PRNGKey(0), v), v), x)
     assert ops["bfloat16"] == ["convert_element_type"]  # only the output cast
     assert {"reduce_sum", "square", "sub", "rsqrt"} <= set(ops["float32"])
-    low = nn.LayerNorm(dtype=jnp.bfloat16, force_float32_reductions=False)
-    ops = ops_by_dtype(lambda v: low.apply(low.init(jax.random.PRNGKey(0), v), v), x)
-    assert {"square", "sub", "rsqrt"} <= set(ops["bfloat16"])
+    assert {"square", "sub", "rsqrt"} <= set(low_ops["bfloat16"])
 
 
 def test_ops_by_dtype_looks_inside_jit_and_custom_jvp_and_skips_integers():
-    f = jax.jit(lambda x: jax.nn.relu(x.astype(jnp.float16)) + jnp.arange(3).sum())
+    f = jax.jit(lambda x: jax.nn.relu(x.astype(jnp.float16)) + jnp.arange(3).sum().astype(jnp.float16))
     assert ops_by_dtype(f, jnp.ones(3, jnp.float32)) == {"float16": ["add", "convert_element_type", "max"]}
 
 
@@ -89,17 +98,17 @@ def test_fp16_gradients_underflow_without_a_scale_and_survive_with_2_to_15():
     model32, _ = dense(jnp.float32)
     reference = jax.grad(tiny_loss(model32, 1e-8))(params)
     grads, finite = scaled_gradients(tiny_loss(model16, 1e-8), params, jmp.NoOpLossScale())
-    err = gradient_error(grads, reference)
-    assert finite and err.dtype == "float32" and err.underflow == 1.0 and err.max_rel_error == 1.0
+    err = gradient_error(named(grads), named(reference))
+    assert finite and err.dtype == "float32" and set(err.underflow.values()) == {1.0} and err.max_rel_error == 1.0
     grads, finite = scaled_gradients(tiny_loss(model16, 1e-8), params, jmp.StaticLossScale(jnp.float32(2**15)))
-    err = gradient_error(grads, reference)
-    assert finite and err.underflow == 0.0 and err.max_rel_error < 1e-2
+    err = gradient_error(named(grads), named(reference))
+    assert finite and set(err.underflow.values()) == {0.0} and err.max_rel_error < 1e-2
 
 
 def test_the_same_static_scale_overflows_a_larger_loss():
     model16, params = dense(jnp.float16)
     grads, finite = scaled_gradients(tiny_loss(model16, 1.0), params, jmp.StaticLossScale(jnp.float32(2**15)))
-    err = gradient_error(grads, jax.grad(tiny_loss(dense(jnp.float32)[0], 1.0))(params))
+    err = gradient_error(named(grads), named(jax.grad(tiny_loss(dense(jnp.float32)[0], 1.0))(params)))
     assert not finite and err.nonfinite > 0 and err.max_rel_error == math.inf
 
 
@@ -146,25 +155,16 @@ def test_jmp_under_jit_drops_a_custom_floor_and_cannot_be_lowered_as_an_argument
         jmp_under_jit(1.0)
 
 
-def test_gradient_error_counts_underflow_nonfinite_and_relative_error():
-    ref = {"a": np.array([1.0, 2.0, 0.0, 4.0])}
-    err = gradient_error({"a": np.array([0.0, 2.5, 0.0, np.inf], np.float32)}, ref)
-    assert err == GradientError(dtype="float32", underflow=1 / 3, nonfinite=0.25, max_rel_error=math.inf)
-    with pytest.raises(ValueError, match="differ in size"):
-        gradient_error({"a": np.zeros(3)}, ref)
-
-
-def test_moved_fraction_counts_changed_entries():
-    before = {"w": np.array([1.0, 2.0, 3.0]), "b": np.array([0.0])}
-    assert moved_fraction(before, {"w": np.array([1.0, 2.5, 3.0]), "b": np.array([0.0])}) == 0.25
-    assert moved_fraction(before, before) == 0.0
-    with pytest.raises(ValueError, match="same structure"):
-        moved_fraction(before, {"w": np.zeros(2), "b": np.zeros(1)})
+def test_dtypes_of_names_every_leaf_with_its_dtype():
+    _, params = dense()
+    table = dtypes_of(params)
+    assert table.columns == ("name", "dtype")
+    assert table.rows == (("dense_layer/bias", "float32"), ("dense_layer/kernel", "float32"))
 
 
 def test_a_bf16_weight_does_not_move_under_an_update_below_half_an_ulp():
     w32, w16 = jnp.float32(1.0), jnp.bfloat16(1.0)
-    assert moved_fraction(w32, w32 + 1e-3) == 1.0 and moved_fraction(w16, w16 + jnp.bfloat16(1e-3)) == 0.0
+    assert moved(w32, w32 + 1e-3) == 1.0 and moved(w16, w16 + jnp.bfloat16(1e-3)) == 0.0
 
 
 # -- compiled HLO ----------------------------------------------------------------------------------

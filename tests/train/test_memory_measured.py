@@ -25,3 +25,12 @@ def test_autocast_halves_the_big_activations_but_not_all():
     assert 0.7 < sizes["bf16"] / sizes["fp32"] < 0.8
     mlp = {p: memory.activation_bytes("mlp", 64, p) for p in ("fp32", "bf16")}
     assert 0.5 < mlp["bf16"] / mlp["fp32"] < 0.55
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax", "tf"])
+def test_each_runner_s_memory_is_a_memory_report_s_dict(framework):
+    """One type for every framework: RunResult.memory reads back into a MemoryReport, key for key."""
+    pytest.importorskip({"torch": "torch", "jax": "jax", "tf": "tensorflow"}[framework])
+    res = run(RunConfig(framework, "bf16", width=16, batch_size=8, steps=1, dataset="synthetic", progress=False))
+    report = memory.MemoryReport.from_dict(framework, res.memory)
+    assert report.to_dict() == res.memory and report.parameter_bytes > 0 and report.optimizer_state_bytes > 0

@@ -1,7 +1,9 @@
-"""The TensorFlow / Keras runner: real TensorFlow on the CPU, no mocks.
+"""What only the TensorFlow / Keras runner does: real TensorFlow on the CPU, no mocks.
 
-Small models and few steps: every test trains for real. TensorFlow's float16 has no
-arithmetic units on an x86 CPU, so the fp16 runs here are a handful of steps of a narrow MLP.
+What every runner does (forward pass against the float64 reference, every precision, loss
+scaling, pure bf16, divergence, Adam's memory, refusals) is tested once for all three
+frameworks in test_runners.py, with the tiny configs of conftest.py. TensorFlow's float16 has
+no arithmetic units on an x86 CPU, so the fp16 runs here are a handful of steps of a narrow MLP.
 """
 
 import functools
@@ -14,9 +16,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from labkit import scaling
 from labkit.train import RunConfig, run
-from labkit.train import data as D
 from labkit.train import models as M
 from labkit.train.tf import models as TM
 from labkit.train.tf import stepper as tf_runner
@@ -24,43 +24,13 @@ from labkit.train.loop import train
 from labkit.train.tf.models import keras, tf
 from labkit.train.tf.stepper import make_stepper
 
-TINY = dict(framework="tf", width=32, batch_size=16, progress=False)
-TINY_TRANSFORMER = dict(TINY, model="transformer", width=16, batch_size=4)
 
-
-def tiny(**changes) -> RunConfig:
-    base = TINY_TRANSFORMER if changes.get("model") == "transformer" else TINY
-    return RunConfig(**{**base, **changes})
-
-
-def first_batch(cfg):
-    data = D.load(cfg.dataset, seed=cfg.seed)
-    return data, next(D.batches(data, cfg.batch_size, seed=cfg.seed))
+@pytest.fixture
+def framework():
+    return "tf"
 
 
 # -- the Keras models ----------------------------------------------------------------------
-@pytest.mark.parametrize("model", ["mlp", "transformer"])
-def test_fp32_forward_at_init_matches_the_float64_reference(model):
-    params = M.init_params(model, seed=1, width=32)
-    keras_model = TM.build(model, "fp32", width=32)
-    TM.load_params(keras_model, params)
-    x = D.load("digits").x_test[:8]
-    got = np.asarray(keras_model(TM.model_inputs(model, x)), np.float64)
-    np.testing.assert_allclose(got, M.reference_logits(model, params, x), atol=1e-5, rtol=1e-5)
-
-
-@pytest.mark.parametrize("model", ["mlp", "transformer"])
-def test_every_init_param_lands_in_its_keras_variable(model):
-    params = M.init_params(model, seed=0, width=16)
-    keras_model = TM.build(model, "bf16", width=16)
-    TM.load_params(keras_model, params)
-    variables = TM.variable_map(keras_model)
-    assert list(variables) == list(params)
-    assert len(keras_model.weights) == len(params)  # nothing left out, nothing extra
-    for name, value in params.items():
-        np.testing.assert_array_equal(variables[name].numpy(), value)
-
-
 def test_load_params_refuses_params_of_another_model():
     keras_model = TM.build("mlp", "fp32", width=16)
     with pytest.raises(ValueError, match="parameter names differ"):
@@ -92,57 +62,17 @@ def test_policies_put_the_body_in_low_precision_and_keep_the_head_in_float32(pre
     assert keras.mixed_precision.global_policy().name == "float32"  # per layer, never global
 
 
-# -- every precision, real steps -------------------------------------------------------------
-@pytest.mark.parametrize("model", ["mlp", "transformer"])
-@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16", "bf16", "bf16-pure"])
-def test_every_precision_trains_a_few_real_steps(model, precision):
-    res = run(tiny(model=model, precision=precision, steps=3))
-    assert res.status == "ok" and res.steps_done == 3
-    assert all(math.isfinite(v) for v in res.losses)
-    assert res.device.startswith("cpu (") and "tensorflow" in res.device
-    assert 0.0 <= res.metric["value"] <= 1.0
-    n = M.count_params(M.init_params(model, width=res.config.width))
-    assert res.memory["parameter_bytes"] == (2 if precision == "bf16-pure" else 4) * n  # float32 masters
-    if precision != "fp16":
-        assert res.scales == [] and res.skipped == [False] * 3
-        assert all(math.isfinite(v) for v in res.grad_norms)
-        return
-    # Keras' default scale 2**15 can overflow float16 on the first steps (the transformer's
-    # scaled gradients exceed 65504): those steps are skipped, as Keras' rule says.
-    assert res.scales[0] == 2.0**15 and res.scales == scaling.simulate("keras", overflows=res.skipped).scales.tolist()
-    assert all(math.isfinite(g) != s for g, s in zip(res.grad_norms, res.skipped))
-    assert not res.skipped[-1]
-
-
-def test_the_same_config_gives_the_same_losses():
-    cfg = tiny(model="transformer", precision="bf16", steps=3)
-    a, b = run(cfg), run(cfg)
-    assert a.losses == b.losses and a.grad_norms == b.grad_norms
-    assert run(cfg.replace(seed=1)).losses != a.losses
-
-
-def test_the_first_loss_is_the_loss_of_the_reference_model():
+# -- real steps ----------------------------------------------------------------------------------
+def test_the_first_loss_is_the_loss_of_the_reference_model(tiny, first_batch):
     cfg = tiny(steps=1)
-    _, (x, y) = first_batch(cfg)
+    x, y = first_batch(cfg)
     logits = M.reference_logits("mlp", M.init_params("mlp", cfg.seed, cfg.width), x)
     logp = logits - logits.max(-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
     assert run(cfg).losses[0] == pytest.approx(-logp[np.arange(len(y)), y].mean(), abs=1e-5)
 
 
-def test_tf32_changes_nothing_on_a_cpu():
-    assert run(tiny(precision="tf32", steps=3)).losses == run(tiny(precision="fp32", steps=3)).losses
-
-
-def test_bf16_trains_to_nearly_the_fp32_loss():
-    cfg = RunConfig("tf", "fp32", width=64, steps=60, progress=False)
-    fp32, bf16 = run(cfg), run(cfg.replace(precision="bf16"))
-    assert np.mean(fp32.losses[-10:]) < 0.6 * fp32.losses[0]  # it really learns
-    assert abs(np.mean(bf16.losses[-10:]) - np.mean(fp32.losses[-10:])) < 0.05
-    assert abs(bf16.metric["value"] - fp32.metric["value"]) < 0.05
-
-
-def test_xla_compiled_step_gives_the_plain_steps_losses():
+def test_xla_compiled_step_gives_the_plain_steps_losses(tiny):
     cfg = tiny(steps=3)
     plain = run(cfg)
     xla = train(cfg, functools.partial(make_stepper, jit_compile=True))
@@ -150,20 +80,13 @@ def test_xla_compiled_step_gives_the_plain_steps_losses():
 
 
 # -- loss scaling ----------------------------------------------------------------------------------
-def test_grad_norm_is_the_unscaled_norm_before_clipping():
-    cfg = tiny(steps=1, clip_norm=1e-3)
-    fp32, fp16 = run(cfg), run(cfg.replace(precision="fp16"))
-    assert fp32.grad_norms[0] > 0.1  # far above clip_norm: reported before clipping
-    assert fp16.grad_norms[0] == pytest.approx(fp32.grad_norms[0], rel=1e-2)  # not times 2**15
-
-
-def test_clipping_acts_on_the_unscaled_gradients():
+def test_clipping_acts_on_the_unscaled_gradients(tiny, first_batch, digits):
     # SGD with lr 1 and a gradient norm far above clip_norm: the update has norm clip_norm,
     # not clip_norm / 2**15 (what clipping the scaled gradients would leave).
     for precision in ("fp32", "fp16"):
         cfg = tiny(precision=precision, optimizer="sgd", lr=1.0, clip_norm=0.1, steps=1)
-        data, (x, y) = first_batch(cfg)
-        stepper = make_stepper(cfg, data)
+        x, y = first_batch(cfg)
+        stepper = make_stepper(cfg, digits)
         before = stepper.params()
         out = stepper.step(x, y, inject_overflow=False)
         after = stepper.params()
@@ -171,26 +94,13 @@ def test_clipping_acts_on_the_unscaled_gradients():
         assert out.grad_norm > 1.0 and moved == pytest.approx(0.1, rel=1e-3), precision
 
 
-def test_fp16_skips_the_overflowed_steps_and_halves_the_scale():
-    cfg = tiny(precision="fp16", steps=5, init_scale=2.0**10, inject_overflow=(1, 2))
-    res = run(cfg)
-    assert res.status == "ok"
-    assert res.skipped == [False, True, True, False, False]
-    assert res.scales == [1024.0, 1024.0, 512.0, 256.0, 256.0]
-    assert math.isinf(res.grad_norms[1]) and math.isfinite(res.grad_norms[3])
-    # the same rule as labkit's replay of Keras 3's LossScaleOptimizer
-    replay = scaling.simulate("keras", overflows=res.skipped, init_scale=2.0**10)
-    assert replay.scales.tolist() == res.scales and replay.applied.tolist() == [not s for s in res.skipped]
-
-
-def test_a_skipped_step_leaves_the_weights_and_adam_alone():
+def test_a_skipped_step_leaves_adam_alone_and_halves_keras_default_scale(tiny, first_batch, digits):
+    # the weights alone: test_runners.py
     cfg = tiny(precision="fp16", steps=2)
-    data, (x, y) = first_batch(cfg)
-    stepper = make_stepper(cfg, data)
-    before = stepper.params()
+    x, y = first_batch(cfg)
+    stepper = make_stepper(cfg, digits)
     out = stepper.step(x, y, inject_overflow=True)
     assert out.skipped and out.scale == 2.0**15
-    assert all(np.array_equal(before[k], v) for k, v in stepper.params().items())
     inner = stepper.optimizer.inner_optimizer
     assert int(inner.iterations.numpy()) == 0 and float(stepper.optimizer.dynamic_scale.numpy()) == 2.0**14
     out = stepper.step(x, y, inject_overflow=False)
@@ -198,27 +108,13 @@ def test_a_skipped_step_leaves_the_weights_and_adam_alone():
 
 
 # -- pure bf16 ------------------------------------------------------------------------------------------
-def test_pure_bf16_rounds_small_sgd_updates_away_where_fp32_master_weights_keep_them():
-    changed = {}
-    for precision in ("bf16", "bf16-pure"):
-        cfg = tiny(precision=precision, optimizer="sgd", lr=1e-4, clip_norm=None, steps=1)
-        data, (x, y) = first_batch(cfg)
-        stepper = make_stepper(cfg, data)
-        before = stepper.params()["dense2/kernel"]
-        stepper.step(x, y, inject_overflow=False)
-        after = stepper.params()["dense2/kernel"]
-        assert str(after.dtype) == ("bfloat16" if precision == "bf16-pure" else "float32")
-        changed[precision] = float(np.mean(after != before))
-    assert changed["bf16"] > 0.5 and changed["bf16-pure"] < 0.05
-
-
-def test_keras_adam_on_bfloat16_weights_never_moves_them():
+def test_keras_adam_on_bfloat16_weights_never_moves_them(tiny, first_batch, digits):
     # Keras' Adam computes its bias correction in the variable's dtype: beta_2 = 0.999 is
     # 1.0 in bfloat16, so 1 - beta_2**t = 0 and the step size is exactly 0.
     assert float(keras.ops.cast(0.999, "bfloat16")) == 1.0
     cfg = tiny(precision="bf16-pure", optimizer="adam", lr=1e-2, steps=1)
-    data, (x, y) = first_batch(cfg)
-    stepper = make_stepper(cfg, data)
+    x, y = first_batch(cfg)
+    stepper = make_stepper(cfg, digits)
     before = stepper.params()
     for _ in range(3):
         stepper.step(x, y, inject_overflow=False)
@@ -226,48 +122,23 @@ def test_keras_adam_on_bfloat16_weights_never_moves_them():
     assert str(stepper.optimizer.variables[-1].dtype) == "bfloat16"  # Adam's moments are bf16 too
 
 
-# -- divergence -------------------------------------------------------------------------------------------
-def test_an_fp16_overflow_in_the_forward_pass_stops_the_run_and_names_the_layer():
-    cfg = RunConfig("tf", "fp16", optimizer="sgd", lr=5.0, clip_norm=None, steps=40, progress=False)
-    res = run(cfg)
-    assert res.status == "diverged" and res.diverged_step == res.steps_done - 1 < 40
-    assert not math.isfinite(res.losses[-1]) and all(math.isfinite(v) for v in res.losses[:-1])
-    assert res.diverged_where.split(" ")[0] in ("dense1", "dense2", "out")
-    assert "output of layer" in res.diverged_where and res.metric is None
-    assert run(cfg.replace(precision="fp32")).status == "ok"  # float32's range holds it
-
-
-def test_a_healthy_run_names_no_nonfinite_layer():
-    cfg = tiny(steps=1)
-    data, (x, y) = first_batch(cfg)
-    stepper = make_stepper(cfg, data)
-    assert stepper.nonfinite_layer() is None
-    stepper.step(x, y, inject_overflow=False)
-    assert stepper.nonfinite_layer() is None
-
-
 # -- memory -----------------------------------------------------------------------------------------------
-def test_memory_is_counted_from_the_real_variables():
+def test_memory_counts_float32_masters_their_gradients_and_the_loss_scale_optimizers_variables(tiny):
+    # fp32 and pure bf16 weights and Adam's state: test_runners.py
     n = M.count_params(M.init_params("mlp", width=32))
-    mem = {p: run(tiny(precision=p, steps=1)).memory for p in ("fp32", "bf16", "fp16", "bf16-pure")}
+    mem = {p: run(tiny(precision=p, steps=1)).memory for p in ("fp32", "bf16", "fp16")}
     extra = 8 + 4  # Keras' int64 iteration counter and float32 learning-rate variable
     assert mem["fp32"]["parameter_bytes"] == mem["bf16"]["parameter_bytes"] == 4 * n  # float32 masters
-    assert mem["bf16-pure"]["parameter_bytes"] == mem["bf16-pure"]["gradient_bytes"] == 2 * n
     assert mem["bf16"]["gradient_bytes"] == 4 * n  # gradients take their float32 variable's dtype
-    assert mem["fp32"]["optimizer_state_bytes"] == 8 * n + extra  # Adam's two moments
-    assert mem["bf16-pure"]["optimizer_state_bytes"] == 4 * n + extra
+    assert mem["bf16"]["optimizer_state_bytes"] == 8 * n + extra  # Adam's two moments, in float32
     # the LossScaleOptimizer adds its own iteration and learning-rate variables, an int64
     # step_counter and the float32 dynamic_scale
     assert mem["fp16"]["optimizer_state_bytes"] == 8 * n + extra + extra + 8 + 4
     assert not any(k.startswith("gpu") for k in mem["fp32"])  # a CPU reports no allocator figures
 
 
-def test_sgd_keeps_no_per_weight_state():
-    assert run(tiny(optimizer="sgd", steps=1)).memory["optimizer_state_bytes"] == 8 + 4
-
-
 # -- global state ---------------------------------------------------------------------------------------
-def test_a_run_restores_tf32_determinism_and_the_global_policy():
+def test_a_run_restores_tf32_determinism_and_the_global_policy(tiny):
     from tensorflow.python.framework import config as tf_config
 
     for user_tf32, precision in ((True, "fp32"), (False, "tf32")):
@@ -281,27 +152,17 @@ def test_a_run_restores_tf32_determinism_and_the_global_policy():
     assert keras.mixed_precision.global_policy().name == "float32"
 
 
-def test_the_state_is_set_while_the_stepper_works():
+def test_the_state_is_set_while_the_stepper_works(tiny, first_batch, digits):
     cfg = tiny(precision="fp32", steps=1)
-    data, (x, y) = first_batch(cfg)
-    stepper = make_stepper(cfg, data)
+    x, y = first_batch(cfg)
+    stepper = make_stepper(cfg, digits)
     with stepper._state():
         assert not tf.config.experimental.tensor_float_32_execution_enabled()
     assert tf.config.experimental.tensor_float_32_execution_enabled()
 
 
 # -- bad configs, devices ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("device", ["cuda", "gpu"])
-def test_a_gpu_that_is_not_there_is_refused_before_any_work(device, tmp_path):
-    if tf.config.list_physical_devices("GPU"):
-        pytest.skip("this machine has a GPU")
-    out = tmp_path / "run.jsonl"
-    with pytest.raises(ValueError, match="TensorFlow sees no GPU"):
-        run(tiny(device=device, out=str(out)))
-    assert not out.exists()
-
-
-def test_a_tpu_that_is_not_there_is_refused_and_auto_falls_back():
+def test_a_tpu_that_is_not_there_is_refused_and_auto_falls_back(tiny):
     resolver, why = tf_runner.find_tpu()
     if resolver is not None:
         pytest.skip("this machine has a TPU")
@@ -311,7 +172,7 @@ def test_a_tpu_that_is_not_there_is_refused_and_auto_falls_back():
     assert make_stepper(tiny(device="auto")).kind == ("gpu" if tf.config.list_physical_devices("GPU") else "cpu")
 
 
-def test_a_tpu_named_by_the_environment_but_absent_is_reported_not_raised(monkeypatch):
+def test_a_tpu_named_by_the_environment_but_absent_is_reported_not_raised(monkeypatch, tiny):
     if tf.config.list_logical_devices("TPU"):
         pytest.skip("this machine has a TPU")
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-8")  # what a Cloud TPU VM sets
@@ -323,11 +184,10 @@ def test_a_tpu_named_by_the_environment_but_absent_is_reported_not_raised(monkey
     assert make_stepper(tiny(device="auto")).kind in ("cpu", "gpu")
 
 
-def test_the_runner_refuses_another_frameworks_config_and_bad_options():
+def test_the_runner_refuses_bad_options_and_needs_no_dataset(tiny):
+    # another framework's config, or no RunConfig: test_runners.py
     with pytest.raises(ValueError, match="config.framework is 'torch'"):
-        make_stepper(RunConfig("torch"))
-    with pytest.raises(TypeError, match="takes a RunConfig"):
-        make_stepper({"framework": "tf"})
+        make_stepper(RunConfig("torch"))  # data is optional here
     with pytest.raises(TypeError, match="jit_compile must be True or False"):
         make_stepper(tiny(), jit_compile="yes")
     with pytest.raises(TypeError, match="tf.distribute.Strategy"):

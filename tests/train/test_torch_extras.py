@@ -11,14 +11,15 @@ from labkit import scaling
 from labkit.train import RunConfig, run
 from labkit.train.torch.lessons import (
     SafeLayerNorm,
-    SeedSafeLayerNorm,
     autocast_dtypes,
+    dtypes_of,
     compare_layer_norms,
     missing_bias_error,
     naive_layer_norm,
     stalled_updates,
     unbiased_variance_error,
 )
+from labkit.train.torch.seeds import SeedSafeLayerNorm
 
 
 # -- autocast's op lists ----------------------------------------------------------------
@@ -32,6 +33,12 @@ def test_autocast_lowers_matmuls_and_keeps_losses_in_fp32_on_the_cpu(dtype, name
     # (on CUDA they are on the fp32 list and would give float32 here)
     for op in ("softmax", "log_softmax", "layer_norm", "sum", "mean", "exp", "relu"):
         assert got[op] == ("float32", name)
+
+
+def test_dtypes_of_is_autocast_dtypes_as_a_table_named_by_op():
+    table = dtypes_of("cpu", torch.bfloat16)
+    assert table.columns == ("name", "from float32", "from bfloat16")
+    assert {row[0]: row[1:] for row in table.rows} == autocast_dtypes("cpu", torch.bfloat16)
 
 
 def test_autocast_dtypes_leaves_autocast_and_the_rng_as_they_were():

@@ -86,7 +86,8 @@ def refers_to(message: str, entry: str, box) -> bool:
 
 
 def test_every_public_widget_has_a_factory():
-    assert set(FACTORIES) == set(labkit.widgets.__all__)
+    # explorer_view is the text FormatExplorer shows, a plain function (its bad input: tests/_fuzz.py)
+    assert set(FACTORIES) == set(labkit.widgets.__all__) - {"explorer_view"}
 
 
 @pytest.mark.parametrize("name", sorted(FACTORIES))

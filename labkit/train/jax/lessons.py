@@ -1,79 +1,51 @@
-"""Teaching helpers for the JAX/Flax notebook (06): seed 000's code, runnable and checked.
+"""Teaching helpers for the JAX/Flax notebook (06): seed 000's claims, run and checked.
 
-* `SimpleDense` and `predict` are seed 000's two examples (a Flax module with
-  ``param_dtype``/``dtype``; manual casting without a library), kept as the seed wrote them
-  but with its comments corrected: a gradient taken w.r.t. float32 parameters is float32.
-* `dtype_tree`, `ops_by_dtype`: which dtype each parameter has, and in which dtype each
-  traced operation computes (from ``jax.make_jaxpr``).
+Seed 000's own code is in `labkit.train.jax.seeds`; the compiled-HLO reading in
+`labkit.train.jax.hlo`; the lessons every framework shares (``moved_fraction``,
+``gradient_error``) in `labkit.train.lessons`.
+
+* `dtypes_of` (a table), `dtype_tree` (the tree itself), `ops_by_dtype`: which dtype each
+  parameter has, and in which dtype each traced operation computes (from ``jax.make_jaxpr``).
 * `scaled_gradients`: gradients through fp16 with a *real* jmp loss scale, unscaled, and
-  whether they are finite; `gradient_error` compares them with float32 gradients.
+  whether they are finite (compare them with float32 gradients by
+  ``labkit.train.lessons.gradient_error(models.named(grads), models.named(reference))``).
 * `jmp_and_flax_scales`: jmp's and Flax's own dynamic loss scales on one overflow pattern;
   `jmp_and_flax_limits`: where each stops (floor, ceiling); `jmp_under_jit`: jmp's traps under jit.
-* `moved_fraction`: how much of a parameter tree an update really changed (the stalled
-  updates of pure bf16).
-* `hlo_summary`: the dots and converts in XLA's *compiled* HLO -- what really runs.
 
->>> import jax, jax.numpy as jnp
->>> model = SimpleDense(features=5)
->>> params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, 10), jnp.bfloat16))["params"]
->>> dtype_tree(params)
-{'dense_layer': {'bias': 'float32', 'kernel': 'float32'}}
-"""
+>>> import jax.numpy as jnp
+>>> dtype_tree({"dense_layer": {"bias": jnp.zeros(5), "kernel": jnp.zeros((10, 5))}})
+{'dense_layer': {'bias': 'float32', 'kernel': 'float32'}}"""
 
 from __future__ import annotations
 
 import re
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import jmp
-import numpy as np
 
 from labkit._validate import integer, number
-
-
-# -- seed 000, as written (comments corrected) ----------------------------------------------
-class SimpleDense(nn.Module):
-    """Seed 000's module: float32 parameters (``param_dtype``), bfloat16 compute (``dtype``).
-
-    ``nn.Dense(dtype=bfloat16)`` casts the input, the float32 kernel and the bias to bfloat16
-    before the matmul, so the output is bfloat16 while the stored parameters stay float32.
-    """
-
-    features: int
-    param_dtype: Any = jnp.float32  # master weights in float32
-    dtype: Any = jnp.bfloat16  # computation in bfloat16
-
-    @nn.compact
-    def __call__(self, x):
-        x = x.astype(self.dtype)  # the input is cast to the compute dtype
-        y = nn.Dense(features=self.features, param_dtype=self.param_dtype, dtype=self.dtype,
-                     name="dense_layer")(x)  # float32 kernel, bfloat16 matmul and result
-        return nn.relu(y)  # still bfloat16
-
-
-def predict(params_f32, inputs_bf16):
-    """Seed 000's manual casting: a list of float32 (W, b) layers, computed in bfloat16.
-
-    Gradients of a loss of this function w.r.t. ``params_f32`` are float32: the backward
-    pass of ``astype(bfloat16)`` casts the cotangent back to the parameter's dtype.
-    """
-    activations = inputs_bf16
-    for w_f32, b_f32 in params_f32:
-        w_bf16 = w_f32.astype(jnp.bfloat16)  # cast the weights for the computation
-        b_bf16 = b_f32.astype(jnp.bfloat16)
-        outputs = jnp.dot(activations, w_bf16) + b_bf16  # bfloat16 matmul
-        activations = jax.nn.relu(outputs)
-    return activations  # bfloat16
+from labkit.table import Table
+from labkit.train.jax.models import named_leaves
 
 
 # -- dtypes --------------------------------------------------------------------------------
+def dtypes_of(tree) -> Table:
+    """Which dtype each leaf of a parameter (or gradient, or optimizer-state) tree holds: a table
+    of name ("dense_layer/kernel") and dtype, in the tree's order. `dtype_tree` keeps the tree.
+
+    >>> print(dtypes_of({"dense": {"bias": jnp.zeros(2), "kernel": jnp.zeros((2, 2), jnp.bfloat16)}}))
+    name          dtype
+    ------------  --------
+    dense/bias    float32
+    dense/kernel  bfloat16
+    """
+    return Table(("name", "dtype"), tuple((name, str(jnp.asarray(leaf).dtype)) for name, leaf in named_leaves(tree)))
+
+
 def dtype_tree(tree):
-    """The same tree with each array replaced by its dtype's name."""
+    """The same tree with each array replaced by its dtype's name (`dtypes_of` as a table)."""
     return jax.tree_util.tree_map(lambda a: str(jnp.asarray(a).dtype), tree)
 
 
@@ -125,38 +97,12 @@ def scaled_gradients(loss_fn: Callable, params, loss_scale) -> tuple[Any, bool]:
     return grads, bool(jmp.all_finite(grads))
 
 
-@dataclass(frozen=True)
-class GradientError:
-    """How a low-precision gradient compares with a float32 reference, over all entries.
-
-    underflow: the fraction of entries nonzero in the reference that came out exactly zero;
-    nonfinite: the fraction of entries that are inf or NaN;
-    max_rel_error: the largest |g - ref| / |ref| over entries nonzero in the reference.
-    """
-
-    dtype: str
-    underflow: float
-    nonfinite: float
-    max_rel_error: float
-
-
-def gradient_error(grads, reference) -> GradientError:
-    """Compare gradient tree `grads` with `reference` (same structure), entry by entry."""
-    g = np.concatenate([np.asarray(a, np.float64).ravel() for a in jax.tree_util.tree_leaves(grads)])
-    r = np.concatenate([np.asarray(a, np.float64).ravel() for a in jax.tree_util.tree_leaves(reference)])
-    if g.shape != r.shape:
-        raise ValueError(f"grads and reference differ in size: {g.size} vs {r.size} entries")
-    nonzero = r != 0
-    with np.errstate(invalid="ignore", over="ignore"):
-        rel = np.abs(g[nonzero] - r[nonzero]) / np.abs(r[nonzero])
-    rel = np.where(np.isnan(rel), np.inf, rel)
-    dtypes = sorted({str(jnp.asarray(a).dtype) for a in jax.tree_util.tree_leaves(grads)})
-    return GradientError(
-        dtype="/".join(dtypes),
-        underflow=float(np.mean(g[nonzero] == 0)) if nonzero.any() else 0.0,
-        nonfinite=float(np.mean(~np.isfinite(g))),
-        max_rel_error=float(rel.max()) if rel.size else 0.0,
-    )
+def adjust(loss_scale, finite):
+    """``loss_scale.adjust(finite)`` of a jmp scale, under JAX's standard dtype promotion: jmp
+    0.0.4's ``DynamicLossScale.adjust`` multiplies its int32 counter by the bool `finite`, which
+    ``jax_numpy_dtype_promotion="strict"`` refuses."""
+    with jax.numpy_dtype_promotion("standard"):
+        return loss_scale.adjust(finite)
 
 
 def jmp_trajectory(loss_fn: Callable, params, loss_scale, steps: int) -> list[dict]:
@@ -173,7 +119,7 @@ def jmp_trajectory(loss_fn: Callable, params, loss_scale, steps: int) -> list[di
     for i in range(steps):
         _, finite = scaled_gradients(loss_fn, params, loss_scale)
         rows.append({"step": i, "scale": float(loss_scale.loss_scale), "finite": finite, "applied": finite})
-        loss_scale = loss_scale.adjust(jnp.asarray(finite))
+        loss_scale = adjust(loss_scale, jnp.asarray(finite))
     return rows
 
 
@@ -203,7 +149,7 @@ def jmp_and_flax_scales(overflows, init_scale: float = 2.0**15, period: int = 20
         rows.append({"step": step, "overflow": bad,
                      "jmp": float(jmp_scale.loss_scale), "flax": float(flax_scale.scale)})
         flax_scale, finite, _, _ = grad_fn(flax_scale, jnp.asarray(bad))
-        jmp_scale = jmp_scale.adjust(jnp.asarray(not bad))
+        jmp_scale = adjust(jmp_scale, jnp.asarray(not bad))
         if bool(finite) == bad:  # the premise of the replay: Flax sees exactly the marked overflows
             raise RuntimeError(f"step {step}: Flax's DynamicScale saw finite={bool(finite)} for overflow={bad}")
     return rows
@@ -258,7 +204,7 @@ def jmp_under_jit(min_loss_scale: float = 256.0) -> JmpJitTrap:
     scale = jmp.DynamicLossScale(jnp.float32(floor), min_loss_scale=jnp.float32(floor))
 
     def overflow(ls):
-        return ls.adjust(jnp.asarray(False))
+        return adjust(ls, jnp.asarray(False))
 
     eager = overflow(scale)
     jitted = jax.jit(overflow)(scale)
@@ -271,74 +217,5 @@ def jmp_under_jit(min_loss_scale: float = 256.0) -> JmpJitTrap:
     return JmpJitTrap(float(eager.loss_scale), float(jitted.loss_scale), float(jitted.min_loss_scale), error)
 
 
-# -- pure bf16 -------------------------------------------------------------------------------
-def moved_fraction(before, after) -> float:
-    """The fraction of parameter entries that an update changed at all (0.0 .. 1.0)."""
-    b = jax.tree_util.tree_leaves(before)
-    a = jax.tree_util.tree_leaves(after)
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b)):
-        raise ValueError("before and after must be parameter trees of the same structure and shapes")
-    changed = sum(int(np.sum(np.asarray(x) != np.asarray(y))) for x, y in zip(a, b))
-    total = sum(int(np.size(x)) for x in b)
-    return changed / total if total else 0.0
-
-
-# -- compiled HLO ----------------------------------------------------------------------------
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+)\s*=\s*(?P<type>\([^=]*?\)|\S+)\s+"
-                    r"(?P<op>[\w\-]+)\((?P<rest>.*)$")
-_ELEMENT = re.compile(r"\(?\s*(\w+)\[")  # f32[64,64]{1,0} -> f32; (bf16[..], s8[..]) -> bf16
-_LIBRARY_MATMUL = re.compile(r"gemm|matmul|dot", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class HloSummary:
-    """The matrix multiplies and dtype conversions in an optimised (compiled) HLO module.
-
-    dots: Counter of "lhs x rhs -> result" element types of every ``dot``, e.g.
-      {"f32 x f32 -> f32": 8}; a matmul the backend hands to a library (a ``custom-call``
-      such as GPU's ``__cublas$gemm``) is listed with its target in brackets.
-    converts: Counter of "from->to", e.g. {"bf16->f32": 40}.
-    """
-
-    dots: Counter = field(default_factory=Counter)
-    converts: Counter = field(default_factory=Counter)
-
-    def __str__(self) -> str:
-        dots = ", ".join(f"{n} x ({k})" for k, n in sorted(self.dots.items())) or "none"
-        conv = ", ".join(f"{n} x {k}" for k, n in sorted(self.converts.items())) or "none"
-        return f"dots: {dots}; converts: {conv}"
-
-
-def hlo_summary(hlo_text: str) -> HloSummary:
-    """Read the dots and converts out of ``compiled.as_text()`` (optimised HLO text).
-
-    Use the *compiled* text (``jax.jit(f).lower(*args).compile().as_text()``), not the
-    lowered StableHLO: only the compiled module shows what the backend does with a bf16
-    dot (on XLA:CPU it converts both operands to f32, multiplies in f32, converts back).
-    """
-    if not isinstance(hlo_text, str):
-        raise TypeError(f"hlo_summary takes HLO text (compiled.as_text()), got {type(hlo_text).__name__}")
-    types: dict[str, str] = {}
-    ops = []
-    for line in hlo_text.splitlines():
-        m = _INSTR.match(line)
-        element = _ELEMENT.match(m["type"]) if m else None
-        if element:
-            types[m["name"]] = element.group(1)
-            operands = re.findall(r"%([\w.\-]+)", m["rest"].split(")", 1)[0])
-            target = re.search(r'custom_call_target="([^"]+)"', m["rest"])
-            ops.append((element.group(1), m["op"], operands, target.group(1) if target else ""))
-    dots, converts = Counter(), Counter()
-    for etype, opcode, operands, target in ops:
-        library = opcode == "custom-call" and _LIBRARY_MATMUL.search(target)
-        if (opcode == "dot" or library) and len(operands) >= 2:
-            lhs, rhs = (types.get(o, "?") for o in operands[:2])
-            dots[f"{lhs} x {rhs} -> {etype}" + (f" ({target})" if library else "")] += 1
-        elif opcode == "convert" and operands:
-            converts[f"{types.get(operands[0], '?')}->{etype}"] += 1
-    return HloSummary(dots, converts)
-
-
-__all__ = ["GradientError", "HloSummary", "JmpJitTrap", "SimpleDense", "dtype_tree", "gradient_error", "hlo_summary",
-           "jmp_and_flax_limits", "jmp_and_flax_scales", "jmp_trajectory", "jmp_under_jit", "moved_fraction",
-           "ops_by_dtype", "predict", "scaled_gradients"]
+__all__ = ["JmpJitTrap", "adjust", "dtype_tree", "dtypes_of", "jmp_and_flax_limits", "jmp_and_flax_scales", "jmp_trajectory",
+           "jmp_under_jit", "ops_by_dtype", "scaled_gradients"]

@@ -66,10 +66,12 @@ def _dense(features, module, name):
     return nn.Dense(features, dtype=module.dtype, param_dtype=module.param_dtype, name=name)
 
 
-def _layer_norm(module, name):
+def _layer_norm(module, name, h):
     # Statistics in float32 (Flax's default force_float32_reductions=True); output in dtype.
-    return nn.LayerNorm(epsilon=LN_EPS, use_fast_variance=False, dtype=module.dtype,
+    norm = nn.LayerNorm(epsilon=LN_EPS, use_fast_variance=False, dtype=module.dtype,
                         param_dtype=module.param_dtype, name=name)
+    with jax.numpy_dtype_promotion("standard"):  # Flax 0.12's _compute_stats: jnp.promote_types(bf16, f32)
+        return norm(h)
 
 
 class _Attention(nn.Module):
@@ -110,8 +112,8 @@ class _Block(nn.Module):
     @nn.compact
     def __call__(self, h):
         kw = dict(dtype=self.dtype, param_dtype=self.param_dtype)
-        h = h + _Attention(self.heads, **kw, name="attn")(_layer_norm(self, "ln1")(h))
-        return h + _FeedForward(**kw, name="mlp")(_layer_norm(self, "ln2")(h))
+        h = h + _Attention(self.heads, **kw, name="attn")(_layer_norm(self, "ln1", h))
+        return h + _FeedForward(**kw, name="mlp")(_layer_norm(self, "ln2", h))
 
 
 class Transformer(nn.Module):
@@ -130,7 +132,7 @@ class Transformer(nn.Module):
         h = h + nn.Embed(N_PIXELS, shape.d_model, **kw, name="pos")(jnp.arange(N_PIXELS, dtype=jnp.int32))
         for i in range(shape.layers):
             h = _Block(shape.heads, **kw, name=f"block{i}")(h)
-        pooled = _layer_norm(self, "ln_f")(h.mean(axis=-2))  # jnp.mean accumulates bf16 in float32
+        pooled = _layer_norm(self, "ln_f", h.mean(axis=-2))  # jnp.mean accumulates bf16 in float32
         return _dense(N_CLASSES, self, "head")(pooled)
 
 
@@ -160,3 +162,12 @@ def named_leaves(tree) -> list[tuple[str, Any]]:
     """(name, array) for every leaf of a Flax tree, names joined with "/" as in `models`."""
     return [("/".join(str(getattr(k, "key", k)) for k in path), leaf)
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def named(tree) -> dict[str, np.ndarray]:
+    """A Flax tree as numpy arrays under labkit's names (`named_leaves`), each in its own dtype.
+
+    >>> named({"dense1": {"bias": jnp.zeros(2, jnp.bfloat16)}})
+    {'dense1/bias': array([0, 0], dtype=dtype(bfloat16))}
+    """
+    return {name: np.asarray(leaf) for name, leaf in named_leaves(tree)}

@@ -2,7 +2,9 @@
 
 ``labkit.train.run(RunConfig("tf", "bf16", devices=2))`` lands here. Every replica holds the
 whole model (data parallelism: ``parallel="dp"``; tf.distribute has no FSDP for Keras models).
-Each step, in one compiled ``tf.function``::
+The one TensorFlow stepper runs it (`labkit.train.tf.stepper.TFStepper` with ``strategy=``);
+this module launches it in a subprocess and reports what the collectives moved. Each step, in
+one compiled ``tf.function``::
 
     strategy.run(replica_fn)              # on every replica, its slice of the global batch:
         loss   = sum(cross_entropy(y_i, model(x_i))) / global_batch
@@ -31,7 +33,7 @@ gradients *inside* ``apply``, after two decisions that need the global gradient:
 
 With the sum taken first, every replica holds the same gradients, so the finite check -- and
 the decision to skip -- is the same on all of them (as torch's GradScaler all-reduces
-``found_inf``). The inner optimizer is told not to sum again (`_pre_reduced`).
+``found_inf``). The inner optimizer is told not to sum again (`labkit.train.tf.stepper.pre_reduced`).
 
 The run happens in a subprocess: logical CPU devices
 (``tf.config.set_logical_device_configuration``) must be made before TensorFlow initialises,
@@ -50,13 +52,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from labkit.train.launch import check_engine
-from labkit.train import launch as _wait
+from labkit.train.launch import check_engine, stop, wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
 from labkit.train.result import LogWriteFailed, RunResult, append_end_line
 
-REDUCE_TF_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 _ERROR_TAG = "labkit-tf-dist-error:"
 
 
@@ -97,9 +97,9 @@ def run(config: RunConfig, *, overflow_replica: int | None = None, timeout: floa
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         try:
-            _, stderr = _wait.wait(proc, config, out, timeout)  # a progress bar if config.progress
+            _, stderr = wait(proc, config, out, timeout)  # a progress bar if config.progress
         except BaseException:
-            _wait.stop(proc)
+            stop(proc)
             raise
         for line in stderr.splitlines():
             if line.startswith(_ERROR_TAG):  # a config this machine cannot run: nothing started
@@ -141,214 +141,13 @@ def keras_local_check_demo(devices: int = 2, timeout: float = 300.0) -> dict:
 
 
 # -- the subprocess side: TensorFlow lives below this line --------------------------------------
-tf = keras = None
-
-
-def _import_tf():
-    global tf, keras
-    if tf is None:
-        from labkit.train.tf.models import keras as _keras, tf as _tf
-
-        tf, keras = _tf, _keras
-
-
-def _make_logical_cpus(n: int) -> list[str]:
-    """Split the host CPU into `n` logical devices (before TensorFlow initialises) and name them."""
-    _import_tf()
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
-    return [d.name for d in tf.config.list_logical_devices("CPU")]
-
-
-def make_strategy(config: RunConfig):
-    """The strategy `config` asks for here: TPUStrategy, MirroredStrategy over GPUs, or over logical CPUs.
-
-    Raises ValueError (before any work) for a device that is not there, fp16 on a TPU, or a
-    batch that does not split over the TPU's cores.
-    """
-    _import_tf()
-    from labkit.train.tf.stepper import find_tpu
-
-    want = {"cuda": "gpu"}.get(config.device, config.device)
-    if want in ("auto", "tpu"):
-        resolver, why = find_tpu()  # asks TensorFlow only where the environment names a TPU
-        if resolver is not None:
-            strategy = tf.distribute.TPUStrategy(resolver)
-            if config.precision == "fp16":
-                raise ValueError("precision='fp16' on a TPU: TPUs have no float16 units; use 'bf16'")
-            if config.batch_size % strategy.num_replicas_in_sync:
-                raise ValueError(f"batch_size={config.batch_size} must be a multiple of the TPU's "
-                                 f"{strategy.num_replicas_in_sync} cores")
-            return strategy
-        if want == "tpu":
-            raise ValueError(f"device='tpu' asked for, but {why}")
-    gpus = tf.config.list_physical_devices("GPU")
-    if want in ("auto", "gpu") and len(gpus) >= config.devices:
-        return tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(config.devices)])
-    if want == "gpu":
-        raise ValueError(f"device={config.device!r} with devices={config.devices}, but TensorFlow sees "
-                         f"{len(gpus)} GPU(s); use device='cpu' for logical CPU devices")
-    return tf.distribute.MirroredStrategy(_make_logical_cpus(config.devices))
-
-
-def _pre_reduced(cls):
-    """`cls` (a Keras optimizer class) told that its gradients arrive already summed over replicas.
-
-    Keras' TensorFlow optimizer sums the replicas' gradients in ``_all_reduce_sum_gradients``
-    before updating each variable; labkit has summed them already, so this returns them as
-    they are and every replica updates its copy with the same gradient.
-    """
-    if not hasattr(cls, "_all_reduce_sum_gradients"):
-        raise RuntimeError(f"this Keras ({keras.__version__}) has no {cls.__name__}._all_reduce_sum_gradients; "
-                           "labkit's MirroredStrategy runner needs updating")
-
-    class PreReduced(cls):
-        def _all_reduce_sum_gradients(self, grads_and_vars):
-            return list(grads_and_vars)
-
-    PreReduced.__name__ = PreReduced.__qualname__ = f"PreReduced{cls.__name__}"
-    return PreReduced
-
-
-def _optimizer(config: RunConfig):
-    inner_cls = keras.optimizers.Adam if config.optimizer == "adam" else keras.optimizers.SGD
-    extra = dict(epsilon=1e-8) if config.optimizer == "adam" else {}  # as tf_runner: torch/optax's epsilon
-    inner = _pre_reduced(inner_cls)(learning_rate=config.lr, **extra)
-    if config.precision != "fp16":
-        return inner
-    scale = 2.0**15 if config.init_scale is None else float(config.init_scale)
-    return keras.optimizers.LossScaleOptimizer(inner, initial_scale=scale)
-
-
-class MirroredStepper:
-    """The `labkit.train.loop` Stepper for a `tf.distribute` strategy (see the module docstring)."""
-
-    def __init__(self, config: RunConfig, strategy, overflow_replica: int):
-        from labkit.train import models as M
-        from labkit.train.tf import models as TM
-        from labkit.train.tf import stepper as TR
-
-        self.config, self.strategy, self.overflow_replica = config, strategy, overflow_replica
-        self.n = strategy.num_replicas_in_sync
-        self._TM, self._TR = TM, TR
-        devices = list(strategy.extended.worker_devices)
-        self.device = (f"{type(strategy).__name__} over {self.n} replicas ({', '.join(devices)}; "
-                       f"{TR._versions()})")
-        self._deterministic = all("CPU" in d.upper() for d in devices)
-        with self._state(), strategy.scope():
-            self.model = TM.build(config.model, config.precision, config.width)
-            TM.load_params(self.model, M.init_params(config.model, config.seed, config.width))
-            self.optimizer = _optimizer(config)
-            self.optimizer.build(self.model.trainable_variables)
-        self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
-        self._inner = self.optimizer.inner_optimizer if self._loss_scaled else self.optimizer
-        var_dtype = self.model.trainable_variables[0].dtype
-        self.reduce_dtype = REDUCE_TF_DTYPES[config.reduce_dtype] if config.reduce_dtype else tf.as_dtype(var_dtype).name
-        self._step_fn = tf.function(self._step)
-        self._gradient_bytes, self._last, self.local_overflow, self.collectives = None, None, [], None
-
-    def _state(self):
-        return self._TR.framework_state(tf32=self.config.precision != "fp32", deterministic=self._deterministic)
-
-    def _replica(self, x, y, inject):
-        ctx = tf.distribute.get_replica_context()
-        i, per = ctx.replica_id_in_sync_group, self.config.batch_size // self.n
-        xs, ys = x[i * per:(i + 1) * per], y[i * per:(i + 1) * per]
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(self._TR._cross_entropy(ys, self.model(xs, training=True))) / self.config.batch_size
-            scaled = self.optimizer.scale_loss(loss) if self._loss_scaled else loss
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]
-        self._gradient_bytes = self._TR._nbytes(grads)
-        # An injected overflow on ONE replica: an inf in the first kernel's local gradient.
-        hit = tf.logical_and(inject, tf.equal(i, self.overflow_replica))
-        bump = tf.where(hit, tf.constant(float("inf"), grads[0].dtype), tf.zeros((), grads[0].dtype))
-        grads[0] = tf.tensor_scatter_nd_add(grads[0], [[0] * len(grads[0].shape)], [bump])
-        local_finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        with tf.name_scope("labkit_grad_allreduce"):
-            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.cast(g, self.reduce_dtype) for g in grads])
-        grads = [tf.cast(s, g.dtype) for s, g in zip(summed, grads)]
-        scale = tf.identity(self.optimizer.dynamic_scale) if self._loss_scaled else tf.ones((), tf.float32)
-        unscaled = [tf.cast(g, tf.float32) / scale for g in grads]
-        norm = tf.linalg.global_norm(unscaled)
-        if self.config.clip_norm:  # on the unscaled global gradient, then scaled back for the LSO
-            clipped, _ = tf.clip_by_global_norm(unscaled, self.config.clip_norm, use_norm=norm)
-            grads = [tf.cast(c * scale, g.dtype) for c, g in zip(clipped, grads)]
-        self.optimizer.apply(grads, variables)
-        with tf.name_scope("labkit_loss_allreduce"):
-            loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
-        return loss, norm, scale, tf.logical_not(local_finite)
-
-    def _step(self, x, y, inject):
-        before = tf.identity(self._inner.iterations)
-        out = self.strategy.run(self._replica, args=(x, y, inject))
-        loss, norm, scale = (self.strategy.experimental_local_results(t)[0] for t in out[:3])
-        local_overflow = tf.stack(self.strategy.experimental_local_results(out[3]))
-        return loss, norm, scale, tf.equal(self._inner.iterations, before), local_overflow
-
-    def step(self, x, y, inject_overflow: bool = False):
-        from labkit.train.loop import StepOut
-
-        xin = self._TM.model_inputs(self.config.model, x)
-        self._last = xin
-        args = (tf.constant(xin), tf.constant(y, tf.int32), tf.constant(bool(inject_overflow)))
-        with self._state(), self.strategy.scope():
-            if self.collectives is None:
-                graph = self._step_fn.get_concrete_function(*args).graph
-                self.collectives = collectives(graph, self.strategy.extended.worker_devices[0])
-            loss, norm, scale, skipped, local = (t.numpy() for t in self._step_fn(*args))
-        self.local_overflow.append([int(r) for r in range(self.n) if local[r]])
-        return StepOut(loss=float(loss), grad_norm=float(norm), scale=float(scale) if self._loss_scaled else None,
-                       skipped=bool(skipped))
-
-    def evaluate(self, x, y) -> float:
-        with self._state(), self.strategy.scope():
-            logits = self.model(tf.constant(self._TM.model_inputs(self.config.model, x)), training=False)
-            return float((tf.argmax(tf.cast(logits, tf.float32), -1).numpy() == y).mean())
-
-    def nonfinite_layer(self):
-        for name, var in self._TM.variable_map(self.model).items():
-            if not tf.reduce_all(tf.math.is_finite(tf.cast(var.value, tf.float32))):
-                return f"{name} (weights)"
-        return None
-
-    def replica_weight_max_diff(self) -> float:
-        """Largest |difference| between two replicas' copies of any weight (0.0: in sync)."""
-        worst = 0.0
-        for var in self.model.weights:
-            copies = [tf.cast(c, tf.float32) for c in self.strategy.experimental_local_results(var.value)]
-            worst = max([worst] + [float(tf.reduce_max(tf.abs(c - copies[0]))) for c in copies[1:]])
-        return worst
-
-    def memory(self) -> dict:
-        """Per replica (each holds a full copy): variables, optimizer state, one step's gradients."""
-        TR = self._TR
-        mem = {"parameter_bytes_per_replica": TR._nbytes(self.model.weights),
-               "optimizer_state_bytes_per_replica": TR._nbytes(self.optimizer.variables), "replicas": self.n}
-        if self._gradient_bytes is not None:
-            mem["gradient_bytes_per_replica"] = self._gradient_bytes
-        return mem
-
-    def extra(self) -> dict:
-        if self.collectives is None:  # no step was traced: nothing to report
-            return {}
-        grad = [c for c in self.collectives if c["reduces"] == "gradients"]
-        return {"comm_bytes_per_step": sum(c["bytes"] for c in grad),
-                "reduce_dtype": sorted({c["dtype"] for c in grad}),
-                "collectives": self.collectives, "strategy": type(self.strategy).__name__, "replicas": self.n,
-                "overflow_replica": self.overflow_replica, "local_overflow": self.local_overflow,
-                "replica_weight_max_diff": self.replica_weight_max_diff()}
-
-
-_COLLECTIVE_OPS = ("CollectiveReduceV2", "CollectiveReduceV3", "CollectiveReduce", "NcclAllReduce", "CrossReplicaSum")
-
-
 def collectives(graph, device: str | None = None) -> list[dict]:
     """Every all-reduce in a traced step: its dtype, shape, bytes per replica, and what it reduces.
 
-    Read from the program TensorFlow runs: its collective ops (``CollectiveReduceV2`` on CPUs,
-    ``NcclAllReduce`` on GPUs; TensorFlow may pack several tensors into one). Each replica runs
-    its own copy of each; only those placed on `device` (None: the first one seen) are listed.
+    Read from the program TensorFlow runs (`TFStepper.step_graph`): its collective ops
+    (``CollectiveReduceV2`` on CPUs, ``NcclAllReduce`` on GPUs; TensorFlow may pack several
+    tensors into one). Each replica runs its own copy of each; only those placed on `device`
+    (None: the first one seen) are listed.
     """
     from tensorflow.python.framework import device as tf_device
 
@@ -371,23 +170,59 @@ def collectives(graph, device: str | None = None) -> list[dict]:
     return found
 
 
-def _train_to_file(config: RunConfig, strategy, overflow_replica: int) -> int:
+_COLLECTIVE_OPS = ("CollectiveReduceV2", "CollectiveReduceV3", "CollectiveReduce", "NcclAllReduce", "CrossReplicaSum")
+
+
+def replica_weight_max_diff(stepper) -> float:
+    """Largest |difference| between two replicas' copies of any weight of a `TFStepper` (0.0: in sync)."""
+    import tensorflow as tf
+
+    worst = 0.0
+    for var in stepper.model.weights:
+        copies = [tf.cast(c, tf.float32) for c in stepper.strategy.experimental_local_results(var.value)]
+        worst = max([worst] + [float(tf.reduce_max(tf.abs(c - copies[0]))) for c in copies[1:]])
+    return worst
+
+
+def extra(stepper) -> dict:
+    """What a distributed run adds to its result's ``extra`` (see `run`); {} before any step."""
+    graph = stepper.step_graph()
+    if graph is None:  # no step was traced: nothing to report
+        return {}
+    found = collectives(graph, stepper.strategy.extended.worker_devices[0])
+    grad = [c for c in found if c["reduces"] == "gradients"]
+    return {"comm_bytes_per_step": sum(c["bytes"] for c in grad),
+            "reduce_dtype": sorted({c["dtype"] for c in grad}),
+            "collectives": found, "strategy": type(stepper.strategy).__name__, "replicas": stepper.replicas,
+            "overflow_replica": stepper.overflow_replica, "local_overflow": stepper.local_overflow,
+            "replica_weight_max_diff": replica_weight_max_diff(stepper)}
+
+
+def _train_to_file(config: RunConfig, overflow_replica: int) -> int:
     from labkit.train.loop import train
+    from labkit.train.tf.devices import make_strategy
+    from labkit.train.tf.stepper import make_stepper
 
     holder = {}
 
     def make(cfg, data):
-        holder["stepper"] = MirroredStepper(cfg, strategy, overflow_replica)
+        holder["stepper"] = make_stepper(cfg, data, strategy=strategy, overflow_replica=overflow_replica)
         return holder["stepper"]
 
     status, code = "failed", 1
     try:
+        strategy = make_strategy(config)
         status, code = train(config, make).status, 0
+    except (ValueError, TypeError) as exc:  # a config this machine cannot run: nothing started
+        print(f"{_ERROR_TAG} {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     except RunFailed as exc:
         print(f"labkit: {exc}", file=sys.stderr)
-    if "stepper" in holder and holder["stepper"].collectives is not None:
+    if "stepper" in holder:
+        info = extra(holder["stepper"])
         try:  # RunResult.load takes `extra` from this second end line
-            append_end_line(config.out, status, holder["stepper"].extra())
+            if info:
+                append_end_line(config.out, status, info)
         except LogWriteFailed as exc:
             print(f"labkit: {exc}", file=sys.stderr)
             code = 1
@@ -395,14 +230,16 @@ def _train_to_file(config: RunConfig, strategy, overflow_replica: int) -> int:
 
 
 def _keras_local_check(devices: int) -> dict:
-    _import_tf()
+    from labkit.train.tf.models import keras, tf
+    from labkit.train.tf.stepper import pre_reduced
+
     strategy = tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices("CPU")][:devices])
     out = {}
     for way in ("keras", "labkit"):
         with strategy.scope():
             var = keras.Variable(tf.ones((3,)), name="w")
             inner = keras.optimizers.SGD(learning_rate=0.1)
-            opt = keras.optimizers.LossScaleOptimizer(_pre_reduced(type(inner))(learning_rate=0.1) if way == "labkit"
+            opt = keras.optimizers.LossScaleOptimizer(pre_reduced(type(inner))(learning_rate=0.1) if way == "labkit"
                                                       else inner, initial_scale=4.0)
             opt.build([var])
 
@@ -432,16 +269,15 @@ def _keras_local_check(devices: int) -> dict:
 
 def _main(argv: list[str]) -> int:
     if argv[0] == "--keras-demo":
-        _make_logical_cpus(int(argv[1]))
+        from labkit.train.tf.devices import logical_cpus
+
+        logical_cpus(int(argv[1]))
         print(json.dumps(_keras_local_check(int(argv[1]))))
         return 0
-    config, overflow_replica = RunConfig.from_dict(json.loads(argv[0])), int(argv[1])
-    try:
-        strategy = make_strategy(config)
-    except (ValueError, TypeError) as exc:
-        print(f"{_ERROR_TAG} {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    return _train_to_file(config, strategy, overflow_replica)
+    return _train_to_file(RunConfig.from_dict(json.loads(argv[0])), int(argv[1]))
+
+
+__all__ = ["check_config", "collectives", "extra", "keras_local_check_demo", "replica_weight_max_diff", "run"]
 
 
 if __name__ == "__main__":

@@ -2,18 +2,18 @@
 
 * `global_policy`: set Keras' global dtype policy for a block and put the old one back
   (seed 003 sets it once for the whole process, which leaks into everything after).
-* `layer_dtypes`: per layer, the policy, the variable dtype, the compute dtype and the
-  dtype of its output: what a policy really does to each layer.
+* `dtypes_of`: per layer, the policy, the variable dtype, the compute dtype and the
+  dtype of its output: what a policy really does to each layer (the same lesson as
+  ``labkit.train.torch.dtypes_of`` and ``labkit.train.jax.dtypes_of``).
 * `softmax_table`: one softmax in two dtypes, side by side (the TF guide's INCORRECT
   float16 softmax next to the CORRECT float32 one).
 * `cross_entropies`: Keras' cross-entropy of those probabilities, with and without the
   logits a softmax layer attaches to its output.
 * `gradient_underflow`: seed 003's "gradients cast to float32 for accumulation, to avoid
-  underflow", run for real next to loss scaling and bfloat16.
+  underflow", run for real next to loss scaling and bfloat16 (compared with
+  `labkit.train.gradient_error`, shown with `labkit.train.gradient_error_table`).
 * `normalization_check`: whether Keras' normalization layers really compute their
   statistics in low precision under a mixed policy (they do not: float32 inside).
-* `moved_fraction`: how many weights a few real training steps changed (the stalled
-  updates of pure bfloat16).
 * `matmul_ms`: how long one large matmul takes in float32, bfloat16 and float16 here.
 * `run_with_xla`: a labkit run with the training step compiled by XLA (``jit_compile=True``).
 * `jit_settings`: what seed 003's ``tf.config.optimizer.set_jit(True)`` switches, and what
@@ -30,18 +30,26 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
 from labkit._validate import integer, number
-
+from labkit.hardware.detect import TF_STARTUP_NOISE, quiet_native_logs
+from labkit.table import Table
 from labkit.train import data as D
-from labkit.train.tf import stepper as tf_runner
 from labkit.train.config import RunConfig
+from labkit.train.lessons import GradientError, gradient_error
 from labkit.train.loop import train
 from labkit.train.result import RunResult
-from labkit.train.tf.models import keras, quiet_native_stderr, tf
+from labkit.train.tf import models as TM
+from labkit.train.tf import stepper as TR
+from labkit.train.tf.models import keras, tf
+
+
+def _quiet():
+    """TensorFlow's start-up notices dropped, every other line of descriptor 2 kept (the first
+    float16 kernel on a CPU prints a oneDNN notice)."""
+    return quiet_native_logs(TF_STARTUP_NOISE, log_level=None)
 
 
 @contextlib.contextmanager
@@ -64,36 +72,27 @@ def _dtype_name(dtype) -> str:
     return "-" if dtype is None else tf.as_dtype(dtype).name
 
 
-def layer_dtypes(model) -> list[dict]:
-    """One row per layer (input layers left out): name, class, policy, variable dtype,
-    compute dtype and the dtype of the layer's output, read from the built model."""
+def dtypes_of(model) -> Table:
+    """One row per layer of a built Keras model (input layers left out): its name, class,
+    policy, variable dtype(s), compute dtype and the dtype of its output.
+
+    >>> print(dtypes_of(keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, dtype="mixed_bfloat16", name="d")])))
+    name  class  policy          variables  compute   output
+    ----  -----  --------------  ---------  --------  --------
+    d     Dense  mixed_bfloat16  float32    bfloat16  bfloat16
+    """
     if not isinstance(model, keras.Model):
-        raise TypeError(f"layer_dtypes takes a built keras.Model, got {type(model).__name__}")
+        raise TypeError(f"dtypes_of takes a built keras.Model, got {type(model).__name__}")
     rows = []
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
         out = layer.output
         out = out[0] if isinstance(out, (list, tuple)) else out
-        rows.append({
-            "layer": layer.name,
-            "class": type(layer).__name__,
-            "policy": layer.dtype_policy.name,
-            "variables": sorted({_dtype_name(v.dtype) for v in layer.weights}) or ["-"],
-            "compute": layer.compute_dtype,
-            "output": _dtype_name(out.dtype),
-        })
-    return rows
-
-
-def format_layer_dtypes(model) -> str:
-    """`layer_dtypes` as a fixed-width text table."""
-    rows = layer_dtypes(model)
-    head = ("layer", "class", "policy", "variables", "compute", "output")
-    cells = [[r["layer"], r["class"], r["policy"], ",".join(r["variables"]), r["compute"], r["output"]] for r in rows]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    line = lambda c: "  ".join(f"{v:<{w}}" for v, w in zip(c, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(c) for c in cells])
+        variables = sorted({_dtype_name(v.dtype) for v in layer.weights}) or ["-"]
+        rows.append((layer.name, type(layer).__name__, layer.dtype_policy.name, ",".join(variables),
+                     str(layer.compute_dtype), _dtype_name(out.dtype)))
+    return Table(("name", "class", "policy", "variables", "compute", "output"), tuple(rows))
 
 
 def softmax_probabilities(logits, dtypes=("mixed_float16", "float32")) -> dict[str, np.ndarray]:
@@ -106,24 +105,25 @@ def softmax_probabilities(logits, dtypes=("mixed_float16", "float32")) -> dict[s
     out = {"float64 (exact)": exact / exact.sum()}
     for policy in dtypes:
         layer = keras.layers.Activation("softmax", dtype=policy)
-        with quiet_native_stderr():  # the first float16 kernel on a CPU prints a oneDNN notice
+        with _quiet():
             out[policy] = np.asarray(tf.cast(layer(z[None].astype(np.float32)), tf.float64))[0]
     return out
 
 
-def softmax_table(logits, dtypes=("mixed_float16", "float32")) -> str:
-    """`softmax_probabilities` as a table of p and log p per class.
+def softmax_table(logits, dtypes=("mixed_float16", "float32")) -> Table:
+    """`softmax_probabilities` as a table of p and log p per class, numbers right-aligned.
 
     A float16 softmax rounds the largest probability to 1.0 and flushes every probability
     at or below half float16's smallest subnormal (2**-25, about 2.98e-8) to exactly 0, whose
     log is -inf (between 2.98e-8 and 5.96e-8 it rounds up to the smallest subnormal).
     """
     cols = softmax_probabilities(logits, dtypes)
-    lines = [f"{'logit':>8}  " + "  ".join(f"{name + ' p':>22}  {'log p':>9}" for name in cols)]
+    columns = [f"{'logit':>8}"] + [h for name in cols for h in (f"{name + ' p':>22}", f"{'log p':>9}")]
+    rows = []
     with np.errstate(divide="ignore"):
         for i, zi in enumerate(np.asarray(logits, np.float64)):
-            lines.append(f"{zi:8.2f}  " + "  ".join(f"{p[i]:22.6g}  {np.log(p[i]):9.3f}" for p in cols.values()))
-    return "\n".join(lines)
+            rows.append((f"{zi:8.2f}", *(c for p in cols.values() for c in (f"{p[i]:22.6g}", f"{np.log(p[i]):9.3f}"))))
+    return Table(tuple(columns), tuple(rows))
 
 
 def cross_entropies(logits, label: int, dtypes=("mixed_float16", "float32")) -> dict[str, float]:
@@ -146,7 +146,7 @@ def cross_entropies(logits, label: int, dtypes=("mixed_float16", "float32")) -> 
     y = np.array([label])
     for policy in dtypes:
         layer = keras.layers.Activation("softmax", dtype=policy)
-        with quiet_native_stderr():
+        with _quiet():
             p = layer(z[None].astype(np.float32))
             out[f"{policy}, the layer's output"] = float(keras.losses.sparse_categorical_crossentropy(y, p)[0])
             out[f"{policy}, the probabilities alone"] = float(
@@ -176,7 +176,7 @@ def normalization_check(values=(256.0, 258.0, 260.0, 262.0), policy: str = "mixe
     d = (x - mean).astype(low)
     var = low((d * d).astype(low).sum(dtype=low) / low(v.size))
     stepwise = (d / low(np.sqrt(low(var + low(eps))))).astype(low)
-    with quiet_native_stderr():
+    with _quiet():
         bn = keras.layers.BatchNormalization(epsilon=eps, dtype=policy)(v[:, None].astype(np.float32), training=True)
         ln = keras.layers.LayerNormalization(epsilon=eps, dtype=policy)(v[None].astype(np.float32))
     return {
@@ -185,24 +185,6 @@ def normalization_check(values=(256.0, 258.0, 260.0, 262.0), policy: str = "mixe
         f"BatchNormalization ({policy})": np.asarray(tf.cast(bn, tf.float64)).ravel(),
         f"LayerNormalization ({policy})": np.asarray(tf.cast(ln, tf.float64)).ravel(),
     }
-
-
-def moved_fraction(config: RunConfig, steps: int = 3, names=None) -> dict[str, float]:
-    """Run `steps` real training steps of `config` and return, per weight, the fraction of
-    its entries that changed (1.0: all moved, 0.0: the update was rounded away)."""
-    if not isinstance(config, RunConfig) or config.framework != "tf":
-        raise ValueError("moved_fraction takes a RunConfig with framework='tf'")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}")
-    data = D.load(config.dataset, seed=config.seed)
-    stepper = tf_runner.make_stepper(config, data)
-    before = stepper.params()
-    feed = D.batches(data, config.batch_size, seed=config.seed)
-    for _ in range(steps):
-        stepper.step(*next(feed), inject_overflow=False)
-    after = stepper.params()
-    keep = names or list(before)
-    return {k: float(np.mean(after[k] != before[k])) for k in keep}
 
 
 def matmul_ms(n: int = 1024, dtypes=("float32", "bfloat16", "float16"), repeats: int = 5,
@@ -215,7 +197,7 @@ def matmul_ms(n: int = 1024, dtypes=("float32", "bfloat16", "float16"), repeats:
     """
     from labkit import bench
 
-    with tf_runner.framework_state(tf32=False, deterministic=False):
+    with TR.framework_state(tf32=False, deterministic=False):
         ms = bench.matmul_ms(n, ("tf",), dtypes, repeats=repeats, number=1, max_seconds=max_seconds)
     return {dtype: t for (_, dtype), t in ms.items()}
 
@@ -224,30 +206,15 @@ def run_with_xla(config: RunConfig) -> RunResult:
     """`labkit.train.run(config)` with the training step compiled by XLA (``jit_compile=True``)."""
     if not isinstance(config, RunConfig) or config.framework != "tf":
         raise ValueError("run_with_xla takes a RunConfig with framework='tf'")
-    return train(config, functools.partial(tf_runner.make_stepper, jit_compile=True))
-
-
-@dataclass(frozen=True)
-class GradientUnderflow:
-    """One way of computing the weight gradients, against float32's.
-
-    dtype: the gradients' dtype as the optimizer receives them; underflow: per weight, the
-    fraction of its entries nonzero in float32's gradient that came out exactly 0; rel_error:
-    ``||g - g_fp32|| / ||g_fp32||`` over all entries (1.0 when everything is lost).
-    """
-
-    how: str
-    dtype: str
-    underflow: dict
-    rel_error: float
+    return train(config, functools.partial(TR.make_stepper, jit_compile=True))
 
 
 def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width: int = 64,
-                       micro_batches: int = 4, batch_size: int = 8, seed: int = 0) -> dict[str, GradientUnderflow]:
+                       micro_batches: int = 4, batch_size: int = 8, seed: int = 0) -> dict[str, GradientError]:
     """Seed 003's "gradients computed in float16/bfloat16, then cast to float32 for
     accumulation, to avoid small gradients underflowing", run for real.
 
-    labkit's MLP (`tf_models.build`, labkit's seeded weights) takes ``micro_batches`` batches
+    labkit's MLP (`labkit.train.tf.models.build`, labkit's seeded weights) takes ``micro_batches`` batches
     of digits; each loss is multiplied by ``loss_weight`` (small gradients, as late in
     training), differentiated with ``tf.GradientTape``, cast to float32 and added into float32
     accumulators. Four ways:
@@ -260,6 +227,9 @@ def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width:
       ``LossScaleOptimizer.scale_loss``, the gradients divided by it in float32, as its
       ``apply`` does (keras/src/optimizers/loss_scale_optimizer.py, ``ops.divide(g, scale)``);
     * ``mixed_bfloat16``: no scaling; bfloat16 has float32's exponent range.
+
+    Each way is compared with float32's gradients by `labkit.train.gradient_error`; show them
+    with ``labkit.train.gradient_error_table(results, names=["dense1/kernel", ...])``.
     """
     loss_weight = number("loss_weight", loss_weight, minimum=0, inclusive=False)
     scale = number("scale", scale, minimum=1)
@@ -268,7 +238,6 @@ def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width:
     batch_size = integer("batch_size", batch_size, minimum=1, maximum=256)
     seed = integer("seed", seed, minimum=0)
     from labkit.train import models as M
-    from labkit.train.tf import models as tf_models
 
     data = D.load("digits", seed=seed)
     params = M.init_params("mlp", seed=seed, width=width)
@@ -276,9 +245,9 @@ def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width:
     x, y = data.x_train[:n], data.y_train[:n]
 
     def grads(precision, scaled):
-        model = tf_models.build("mlp", precision, width=width)
-        tf_models.load_params(model, params)
-        names = {id(v): k for k, v in tf_models.variable_map(model).items()}
+        model = TM.build("mlp", precision, width=width)
+        TM.load_params(model, params)
+        names = {id(v): k for k, v in TM.variable_map(model).items()}
         variables = model.trainable_variables
         lso = None
         if scaled:
@@ -286,7 +255,7 @@ def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width:
             lso.build(variables)
         total = [tf.zeros(v.shape, tf.float32) for v in variables]  # float32 accumulators
         dtypes = set()
-        with quiet_native_stderr():
+        with _quiet():
             for i in range(micro_batches):
                 xb, yb = x[i * batch_size:(i + 1) * batch_size], y[i * batch_size:(i + 1) * batch_size]
                 with tf.GradientTape() as tape:
@@ -307,27 +276,11 @@ def gradient_underflow(loss_weight: float = 1e-6, scale: float = 2.0**15, width:
             f"mixed_float16, loss scaled by {scale:g}": ("fp16", True),
             "mixed_bfloat16": ("bf16", False)}
     ref, _ = grads("fp32", False)
-    r = np.concatenate([a.ravel() for a in ref.values()])
     out = {}
     for how, (precision, scaled) in ways.items():
         g, dtype = (ref, "float32") if how == "float32" else grads(precision, scaled)
-        under = {k: float(np.mean(g[k][ref[k] != 0] == 0)) if np.any(ref[k] != 0) else 0.0 for k in ref}
-        flat = np.concatenate([g[k].ravel() for k in ref])
-        out[how] = GradientUnderflow(how, dtype, under, float(np.linalg.norm(flat - r) / np.linalg.norm(r)))
+        out[how] = gradient_error(g, ref, how=how, dtype=dtype)
     return out
-
-
-def format_gradient_underflow(results: dict[str, GradientUnderflow], names=("dense1/kernel", "dense2/kernel", "out/kernel")) -> str:
-    """`gradient_underflow`'s results as a table: dtype, the fraction of each weight's
-    gradient that flushed to zero, and the relative error against float32."""
-    if not isinstance(results, dict) or not all(isinstance(v, GradientUnderflow) for v in results.values()):
-        raise TypeError("format_gradient_underflow takes the dict gradient_underflow returns")
-    head = ("gradients", "dtype", *(f"{k} zeros" for k in names), "error vs float32")
-    cells = [(r.how, r.dtype, *(f"{r.underflow[k]:.1%}" for k in names), f"{r.rel_error:.1e}")
-             for r in results.values()]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    line = lambda c: "  ".join(f"{v:<{w}}" for v, w in zip(c, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
 
 def jit_settings() -> dict:
@@ -360,3 +313,7 @@ def jit_settings() -> dict:
     return {"set_jit(True)": after, "restored": before, "compile() default": model.jit_compile,
             "accelerator": accelerator, "strategy": strategy, "determinism": determinism,
             "expected": accelerator and not strategy and not determinism}
+
+
+__all__ = ["cross_entropies", "dtypes_of", "global_policy", "gradient_underflow", "jit_settings", "matmul_ms",
+           "normalization_check", "run_with_xla", "softmax_probabilities", "softmax_table"]

@@ -30,73 +30,27 @@ matches `models.reference_logits`.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import sys
-import tempfile
 
 import numpy as np
 
-from labkit.hardware.detect import tensorflow_environment
+from labkit.hardware.detect import TF_STARTUP_NOISE, quiet_native_logs, tensorflow_environment
 from labkit.train import models as M
 from labkit.train.data import Dataset
-
-# TensorFlow's C++ start-up notices (oneDNN, "no CUDA drivers", cuInit on a CPU machine)
-# are written straight to file descriptor 2 before its logging is set up, so
-# TF_CPP_MIN_LOG_LEVEL cannot hide them. `quiet_native_stderr` drops exactly these
-# lines while importing and passes every other line through.
-_NATIVE_NOISE = (
-    "All log messages before absl::InitializeLog() is called are written to STDERR",
-    "oneDNN custom operations are on",
-    "Could not find cuda drivers on your machine",
-    "failed call to cuInit",
-    "This TensorFlow binary is optimized to use available CPU instructions",
-    "To enable the following instructions",
-    "Unable to register cuDNN factory",
-    "Unable to register cuFFT factory",
-    "Unable to register cuBLAS factory",
-    "computation placer already registered",
-    "TF-TRT Warning: Could not find TensorRT",
-    # x86 CPUs without AVX512-FP16: oneDNN has no float16 kernels, Eigen's are used instead.
-    "oneDNN supports DT_HALF only on platforms with AVX-512",
-)
-
-
-@contextlib.contextmanager
-def quiet_native_stderr():
-    """Capture what C++ code writes to file descriptor 2 inside the block; re-emit all but
-    known start-up noise on ``sys.stderr``. (Always descriptor 2, where native libraries write:
-    in Jupyter, ``sys.stderr`` is a Python stream and the kernel forwards descriptor 2 to the
-    notebook on its own.)"""
-    fd = 2
-    sys.stderr.flush()
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        saved = os.dup(fd)
-        os.dup2(tmp.fileno(), fd)
-        try:
-            yield
-        finally:
-            os.dup2(saved, fd)
-            os.close(saved)
-            tmp.seek(0)
-            kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(keepends=True)
-                    if ln.strip() and not any(n in ln for n in _NATIVE_NOISE)]
-            if kept:
-                sys.stderr.write("".join(kept))
-
 
 def import_tensorflow():
     """Import TensorFlow and Keras 3 quietly; returns (tf, keras).
 
     Sets ``TF_CPP_MIN_LOG_LEVEL=2`` (drop C++ INFO and WARNING logs) unless the user chose a
-    level, and hides the few start-up notices that ignore it (see `_NATIVE_NOISE`). With
+    level, and hides the few start-up notices that ignore it
+    (`labkit.hardware.detect.TF_STARTUP_NOISE`; every other line still shows). With
     ``ONEDNN_MAX_CPU_ISA`` capped below the CPU's 16-bit instructions it turns TensorFlow's
     oneDNN kernels off first (`labkit.hardware.detect.tensorflow_environment`).
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     tensorflow_environment()  # a capped oneDNN would crash TensorFlow's bf16/fp16 kernels
-    with quiet_native_stderr():
+    with quiet_native_logs(TF_STARTUP_NOISE, log_level=None):
         import tensorflow as tf
         import keras
 

@@ -34,27 +34,43 @@ pass on the weights that overflowed to name the first layer whose output is inf/
 
 Device ``"auto"`` takes a TPU (through ``TPUClusterResolver``, asked only when the
 environment names a TPU, so a machine without one never waits on the network), else a
-GPU, else the CPU. On a TPU the model and optimizer are built under
-``TPUStrategy.scope()`` and every step runs through ``strategy.run``: each core takes its
-slice of the batch, the gradients are summed across cores and clipped globally.
+GPU, else the CPU (`labkit.train.tf.devices`). A strategy is an option of the one stepper:
+on a TPU, or given ``strategy=`` (`labkit.train.tf.distributed` passes a
+``MirroredStrategy``), the model and optimizer are built under ``strategy.scope()`` and
+every step runs through ``strategy.run``::
+
+    on every replica, its slice of the global batch:
+        loss   = sum(cross_entropy(y_i, model(x_i))) / global_batch
+        grads  = tape.gradient(optimizer.scale_loss(loss))        # fp16: times the loss scale
+        grads  = ctx.all_reduce(SUM, cast(grads, reduce_dtype))    # THE gradient collective
+        norm   = global_norm(grads / scale);  grads = clip(grads, clip_norm)   # unscaled
+        optimizer.apply(grads)     # not summed again (`pre_reduced`); LSO: finite? apply : skip
+
+Every replica then holds the same summed gradient, so clipping is global (as on one device)
+and the loss scaler's skip is the same on every replica; `labkit.train.tf.distributed`
+explains why Keras' own aggregation would do neither.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 
 import numpy as np
 
-from labkit.hardware import detect_cpu, tpu_from_environment
+from labkit._validate import integer
+from labkit.hardware.detect import TF_STARTUP_NOISE, quiet_native_logs
+from labkit.memory.report import MemoryReport
 from labkit.train import models as M
-from labkit.train.tf import models as TM
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import StepOut
+from labkit.train.tf import models as TM
+from labkit.train.tf.devices import find_tpu, resolve_device
 from labkit.train.tf.models import keras, tf
 
+REDUCE_TF_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""RunConfig.reduce_dtype -> the TensorFlow dtype the gradient all-reduce moves."""
 
 
 # -- framework state ---------------------------------------------------------------------
@@ -90,80 +106,36 @@ def framework_state(tf32: bool, deterministic: bool = True):
             disable_det()
 
 
-# -- devices -----------------------------------------------------------------------------
-def find_tpu():
-    """(a connected ``TPUClusterResolver``, "") or (None, why not); never raises.
-
-    Asks TensorFlow only where the environment names a TPU, as `labkit.hardware` does: a
-    Cloud TPU VM sets ``TPU_ACCELERATOR_TYPE`` (the TPU is local), the older Colab TPU
-    runtime ``COLAB_TPU_ADDR``, TPU nodes and GKE ``TPU_NAME`` /
-    ``KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS``. Elsewhere the resolver would look for Google's
-    metadata server over the network, so it is not asked at all.
-    """
-    hint = tpu_from_environment(os.environ)
-    if hint is None:
-        return None, ("no TPU: the environment names none (TPU_ACCELERATOR_TYPE, COLAB_TPU_ADDR, "
-                      "TPU_NAME, KUBE_GOOGLE_CLOUD_TPU_ENDPOINTS are unset)")
-    addr = os.environ.get("COLAB_TPU_ADDR")
-    tpu = f"grpc://{addr}" if addr else "local" if os.environ.get("TPU_ACCELERATOR_TYPE") else None
-    try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-        if tpu != "local":
-            tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-    except Exception as exc:  # named but not reachable: report why, do not crash
-        first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-        return None, f"no usable TPU ({hint.source}): {type(exc).__name__}: {first_line}"
-    return resolver, ""
-
-
-def _versions() -> str:
-    return f"tensorflow {tf.__version__}, keras {keras.__version__}"
-
-
-def _gpu_details(gpu) -> tuple[str, tuple[int, int] | None]:
-    details = tf.config.experimental.get_device_details(gpu)
-    return details.get("device_name", gpu.name), details.get("compute_capability")
-
-
-def _resolve_device(config: RunConfig, strategy):
-    """(kind, tf device string, strategy, description); ValueError if `config` cannot run here."""
-    want = {"cuda": "gpu"}.get(config.device, config.device)
-    if strategy is not None:
-        kind = "tpu" if isinstance(strategy, tf.distribute.TPUStrategy) else "strategy"
-        desc = f"{type(strategy).__name__} over {strategy.num_replicas_in_sync} replicas ({_versions()})"
-        return kind, None, strategy, desc
-    if want in ("auto", "tpu"):
-        resolver, why = find_tpu()
-        if resolver is not None:
-            strategy = tf.distribute.TPUStrategy(resolver)
-            return "tpu", None, strategy, f"tpu ({strategy.num_replicas_in_sync} cores via TPUStrategy, {_versions()})"
-        if want == "tpu":
-            raise ValueError(f"device='tpu' asked for, but {why}. Use device='auto' or 'cpu'.")
-    gpus = tf.config.list_physical_devices("GPU")
-    if want in ("auto", "gpu") and gpus:
-        name, cc = _gpu_details(gpus[0])
-        cc_text = f"compute capability {cc[0]}.{cc[1]}" if cc else "compute capability unknown"
-        if config.precision in ("bf16", "bf16-pure") and cc is not None and tuple(cc) < (8, 0):
-            raise ValueError(f"precision={config.precision!r} needs bfloat16 Tensor Cores (NVIDIA Ampere, compute "
-                             f"capability 8.0, or newer); {name} has {cc_text}. Use 'fp16' (with loss scaling) "
-                             "or 'fp32' here.")
-        return "gpu", "/GPU:0", None, f"gpu ({name}, {cc_text}, {_versions()})"
-    if want == "gpu":
-        raise ValueError(f"device={config.device!r} asked for, but TensorFlow sees no GPU (tensorflow "
-                         f"{tf.__version__}, built with CUDA: {tf.test.is_built_with_cuda()}). "
-                         "Use device='auto' or 'cpu'.")
-    return "cpu", "/CPU:0", None, f"cpu ({detect_cpu().model}, {_versions()})"
-
-
 # -- the stepper ---------------------------------------------------------------------------
-def _make_optimizer(config: RunConfig, clip_inside: bool):
-    clip = dict(global_clipnorm=config.clip_norm) if (clip_inside and config.clip_norm) else {}
-    if config.optimizer == "adam":
-        # epsilon 1e-8 as torch.optim.AdamW and optax.adam use (Keras' own default is 1e-7).
-        inner = keras.optimizers.Adam(learning_rate=config.lr, epsilon=1e-8, **clip)
-    else:
-        inner = keras.optimizers.SGD(learning_rate=config.lr, **clip)
+def pre_reduced(cls):
+    """`cls` (a Keras optimizer class) told that its gradients arrive already summed over replicas.
+
+    Keras' TensorFlow optimizer sums the replicas' gradients in ``_all_reduce_sum_gradients``
+    before updating each variable; a `TFStepper` with a strategy has summed them already (see
+    the module docstring), so this returns them as they are and every replica updates its copy
+    with the same gradient.
+    """
+    if not hasattr(cls, "_all_reduce_sum_gradients"):
+        raise RuntimeError(f"this Keras ({keras.__version__}) has no {cls.__name__}._all_reduce_sum_gradients; "
+                           "labkit's tf.distribute step needs updating")
+
+    class PreReduced(cls):
+        def _all_reduce_sum_gradients(self, grads_and_vars):
+            return list(grads_and_vars)
+
+    PreReduced.__name__ = PreReduced.__qualname__ = f"PreReduced{cls.__name__}"
+    return PreReduced
+
+
+def _make_optimizer(config: RunConfig, replicated: bool):
+    """Adam (epsilon 1e-8, as torch.optim.AdamW and optax.adam; Keras' own default is 1e-7) or
+    SGD, in a LossScaleOptimizer for fp16. One device: Keras clips (``global_clipnorm``); with
+    a strategy the step clips the summed gradient itself and Keras must not sum again."""
+    cls = keras.optimizers.Adam if config.optimizer == "adam" else keras.optimizers.SGD
+    kwargs = dict(learning_rate=config.lr, **(dict(epsilon=1e-8) if config.optimizer == "adam" else {}))
+    if config.clip_norm and not replicated:
+        kwargs["global_clipnorm"] = config.clip_norm
+    inner = (pre_reduced(cls) if replicated else cls)(**kwargs)
     if config.precision != "fp16":
         return inner
     scale = 2.0**15 if config.init_scale is None else float(config.init_scale)
@@ -183,22 +155,28 @@ class TFStepper:
     """One Keras model, its optimizer and a compiled training step (see the module docstring).
 
     Attributes: ``device`` (a description), ``model`` (the keras.Model), ``optimizer``
-    (a ``LossScaleOptimizer`` for fp16, else Adam/SGD), ``strategy`` (a
-    ``tf.distribute.Strategy`` on a TPU, else None).
+    (a ``LossScaleOptimizer`` for fp16, else Adam/SGD), ``strategy`` (the
+    ``tf.distribute.Strategy`` given, or found on a TPU, else None), ``replicas``,
+    ``overflow_replica`` (the replica an injected overflow hits; None: all of them),
+    ``reduce_dtype`` (what the gradient all-reduce moves) and ``local_overflow`` (per step,
+    the replicas whose own gradient was not finite).
     """
 
-    def __init__(self, config: RunConfig, *, jit_compile: bool = False, strategy=None):
+    def __init__(self, config: RunConfig, *, jit_compile: bool = False, strategy=None,
+                 overflow_replica: int | None = None):
         if not isinstance(jit_compile, bool):
             raise TypeError(f"jit_compile must be True or False, got {jit_compile!r}")
         if strategy is not None and not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(f"strategy must be a tf.distribute.Strategy, got {type(strategy).__name__}")
         self.config = config
-        kind, self._tf_device, self.strategy, self.device = _resolve_device(config, strategy)
+        kind, self._tf_device, self.strategy, self.device = resolve_device(config, strategy)
+        self.replicas = n = 1 if self.strategy is None else self.strategy.num_replicas_in_sync
+        if overflow_replica is not None:
+            overflow_replica = integer("overflow_replica", overflow_replica, minimum=0, maximum=n - 1)
+        self.overflow_replica = overflow_replica
         if self.strategy is not None:
-            n = self.strategy.num_replicas_in_sync
-            if config.precision == "fp16":
-                raise ValueError(f"precision='fp16' is not run through a tf.distribute strategy ({self.device}): "
-                                 "TPUs have no float16 units, use 'bf16'; the fp16 path is single-device")
+            if config.precision == "fp16" and kind == "tpu":
+                raise ValueError(f"precision='fp16' on a TPU ({self.device}): TPUs have no float16 units; use 'bf16'")
             if config.batch_size % n:
                 raise ValueError(f"batch_size={config.batch_size} must be a multiple of the {n} replicas "
                                  f"of {type(self.strategy).__name__}")
@@ -208,14 +186,16 @@ class TFStepper:
         # on a GPU it costs speed and some kernels (e.g. segment sums) have no deterministic form.
         devices = [self._tf_device] if self.strategy is None else list(self.strategy.extended.worker_devices)
         self._deterministic = all("CPU" in d.upper() for d in devices)
-        self._last, self._gradient_bytes = None, None
+        self._last, self._gradient_bytes, self._args, self.local_overflow = None, None, None, []
         with self._state(), self._scope():
             self.model = TM.build(config.model, config.precision, config.width)
             TM.load_params(self.model, M.init_params(config.model, config.seed, config.width))
-            self.optimizer = _make_optimizer(config, clip_inside=self.strategy is None)
+            self.optimizer = _make_optimizer(config, replicated=self.strategy is not None)
             self.optimizer.build(self.model.trainable_variables)
         self._loss_scaled = isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)
         self._inner = self.optimizer.inner_optimizer if self._loss_scaled else self.optimizer
+        var_dtype = tf.as_dtype(self.model.trainable_variables[0].dtype).name
+        self.reduce_dtype = REDUCE_TF_DTYPES[config.reduce_dtype] if config.reduce_dtype else var_dtype
         if self.strategy is None:
             self._step_fn = tf.function(self._single_step, jit_compile=jit_compile)
         else:  # TPUStrategy compiles with XLA anyway
@@ -241,7 +221,8 @@ class TFStepper:
         return tf.device(self._tf_device)
 
     # -- one step ----------------------------------------------------------------------------
-    def _gradients(self, x, y, inject, loss_divisor):
+    def _gradients(self, x, y, inject, loss_divisor, replica=0):
+        """(loss, gradients, this replica's gradients all finite), with an injected overflow."""
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             per_example = _cross_entropy(y, self.model(x, training=True))
@@ -249,11 +230,18 @@ class TFStepper:
             scaled = self.optimizer.scale_loss(loss) if self._loss_scaled else loss
         grads = [tf.convert_to_tensor(g) for g in tape.gradient(scaled, variables)]  # Embedding: IndexedSlices
         self._gradient_bytes = _nbytes(grads)  # at tracing: the gradient tensors' shapes and dtypes
-        # An injected overflow: one entry of the first kernel's gradient becomes inf.
+        # An injected overflow: one entry of the first kernel's gradient becomes inf (on one
+        # replica, or on every one when overflow_replica is None).
         first = grads[0]
+        if self.overflow_replica is not None:
+            inject = tf.logical_and(inject, tf.equal(replica, self.overflow_replica))
         bump = tf.where(inject, tf.constant(math.inf, first.dtype), tf.zeros((), first.dtype))
         grads[0] = tf.tensor_scatter_nd_add(first, [[0] * len(first.shape)], [bump])
-        return loss, grads
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        return loss, grads, finite
+
+    def _scale(self):
+        return tf.identity(self.optimizer.dynamic_scale) if self._loss_scaled else tf.ones((), tf.float32)
 
     def _apply_if_finite(self, loss, grads):
         """Apply the update unless the loss itself is inf/NaN: then the run ends, and the weights
@@ -265,50 +253,68 @@ class TFStepper:
         return tf.cond(tf.math.is_finite(loss), apply, lambda: tf.constant(False))
 
     def _single_step(self, x, y, inject):
-        loss, grads = self._gradients(x, y, inject, tf.cast(tf.shape(y)[0], tf.float32))
-        scale = tf.identity(self.optimizer.dynamic_scale) if self._loss_scaled else tf.ones((), tf.float32)
+        loss, grads, finite = self._gradients(x, y, inject, tf.cast(tf.shape(y)[0], tf.float32))
+        scale = self._scale()
         norm = tf.linalg.global_norm([tf.cast(g, tf.float32) / scale for g in grads])
         before = tf.identity(self._inner.iterations)
         self._apply_if_finite(loss, grads)
         skipped = tf.equal(self._inner.iterations, before)  # Keras counts applied updates only
-        return loss, norm, scale, skipped
+        return loss, norm, scale, skipped, tf.logical_not(finite)[None]
+
+    def _replica_step(self, x, y, inject):
+        """One replica's part: its slice of the batch, the gradient all-reduce, the global norm and
+        clip on the unscaled sum, then Keras' apply (told not to sum again: `pre_reduced`)."""
+        ctx = tf.distribute.get_replica_context()
+        i, per = ctx.replica_id_in_sync_group, self.config.batch_size // self.replicas
+        xs, ys = x[i * per:(i + 1) * per], y[i * per:(i + 1) * per]
+        loss, grads, local_finite = self._gradients(xs, ys, inject, float(self.config.batch_size), replica=i)
+        with tf.name_scope("labkit_grad_allreduce"):
+            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [tf.cast(g, self.reduce_dtype) for g in grads])
+        grads = [tf.cast(s, g.dtype) for s, g in zip(summed, grads)]
+        scale = self._scale()
+        unscaled = [tf.cast(g, tf.float32) / scale for g in grads]
+        norm = tf.linalg.global_norm(unscaled)
+        if self.config.clip_norm:  # on the unscaled global gradient, then scaled back for the LSO
+            clipped, _ = tf.clip_by_global_norm(unscaled, self.config.clip_norm, use_norm=norm)
+            grads = [tf.cast(c * scale, g.dtype) for c, g in zip(clipped, grads)]
+        # Unconditional: a tf.cond around apply() would hide Keras' cross-replica merge_call.
+        self.optimizer.apply(grads, self.model.trainable_variables)
+        with tf.name_scope("labkit_loss_allreduce"):
+            loss = ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+        return loss, norm, scale, tf.logical_not(local_finite)
 
     def _replicated_step(self, x, y, inject):
-        """One step over all replicas: each takes its slice of the batch, gradients are
-        summed across replicas, clipped globally, and handed to Keras, which sums them again
-        (hence the division by the replica count)."""
-        strategy, n = self.strategy, self.strategy.num_replicas_in_sync
-        per = self.config.batch_size // n
-
-        def replica_fn(x, y, inject):
-            ctx = tf.distribute.get_replica_context()
-            i = ctx.replica_id_in_sync_group
-            xs, ys = x[i * per:(i + 1) * per], y[i * per:(i + 1) * per]
-            loss, grads = self._gradients(xs, ys, inject, float(self.config.batch_size))
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-            norm = tf.linalg.global_norm([tf.cast(g, tf.float32) for g in grads])
-            if self.config.clip_norm:
-                grads, _ = tf.clip_by_global_norm(grads, self.config.clip_norm, use_norm=norm)
-            # Unconditional: a tf.cond around apply() would hide Keras' cross-replica merge_call.
-            self.optimizer.apply([g / n for g in grads], self.model.trainable_variables)
-            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, loss), norm
-
-        loss, norm = (strategy.experimental_local_results(t)[0] for t in strategy.run(replica_fn, args=(x, y, inject)))
-        return loss, norm, tf.ones((), tf.float32), tf.constant(False)
+        """One step over all replicas. Every replica holds the same summed gradients, so the loss
+        scaler's finite check (and the skip) is the same on all of them."""
+        before = tf.identity(self._inner.iterations)
+        out = self.strategy.run(self._replica_step, args=(x, y, inject))
+        loss, norm, scale = (self.strategy.experimental_local_results(t)[0] for t in out[:3])
+        local_overflow = tf.stack(self.strategy.experimental_local_results(out[3]))
+        return loss, norm, scale, tf.equal(self._inner.iterations, before), local_overflow
 
     def step(self, x: np.ndarray, y: np.ndarray, inject_overflow: bool = False) -> StepOut:
         """One optimizer step on a numpy batch; returns when the device has finished."""
         xin = TM.model_inputs(self.config.model, x)
         self._last = (xin, np.asarray(y, np.int32))
+        self._args = (tf.constant(xin), tf.constant(self._last[1]), tf.constant(bool(inject_overflow)))
         # The first call traces and compiles; TensorFlow's kernel notices go through the filter.
-        quiet = TM.quiet_native_stderr() if self._steps_done == 0 else contextlib.nullcontext()
+        quiet = quiet_native_logs(TF_STARTUP_NOISE, log_level=None) if self._steps_done == 0 else contextlib.nullcontext()
         with quiet, self._state(), self._scope():
-            out = self._step_fn(tf.constant(xin), tf.constant(self._last[1]), tf.constant(bool(inject_overflow)))
+            out = self._step_fn(*self._args)
             # .numpy() copies the results to the host, so the device has finished the step.
-            loss, norm, scale, skipped = (t.numpy() for t in out)
+            loss, norm, scale, skipped, local = (t.numpy() for t in out)
         self._steps_done += 1
+        self.local_overflow.append([int(r) for r in range(self.replicas) if local[r]])
         return StepOut(loss=float(loss), grad_norm=float(norm), scale=float(scale) if self._loss_scaled else None,
                        skipped=bool(skipped))
+
+    def step_graph(self):
+        """The graph TensorFlow runs for one step (as traced for the last batch), or None before
+        a step: what `labkit.train.tf.distributed.collectives` reads the all-reduces from."""
+        if self._args is None:
+            return None
+        with self._state(), self._scope():
+            return self._step_fn.get_concrete_function(*self._args).graph
 
     # -- after the run -----------------------------------------------------------------------
     def logits(self, x: np.ndarray) -> np.ndarray:
@@ -344,7 +350,7 @@ class TFStepper:
                 return f"{layer.name} (output of layer, {layer.dtype_policy.name})"
         return None
 
-    def memory(self) -> dict:
+    def memory(self) -> MemoryReport:
         """Byte counts read from the real variables, plus the device allocator's figures on a GPU.
 
         ``parameter_bytes``: the model's variables in their stored dtype (float32 master
@@ -352,35 +358,35 @@ class TFStepper:
         gradient tensors of one step, from their traced shapes and dtypes (a gradient takes
         its variable's dtype, so float32 under a mixed policy). ``optimizer_state_bytes``:
         every optimizer variable (Adam's moments, step counters, the learning rate, and for
-        fp16 the loss scale and its counter). On a GPU, ``gpu_peak_bytes`` /
-        ``gpu_current_bytes`` come from TensorFlow's allocator. On a CPU TensorFlow reports no
+        fp16 the loss scale and its counter). On a GPU, ``peak_bytes`` / ``current_bytes``
+        (``gpu_peak_bytes`` / ``gpu_current_bytes`` in the dict) come from TensorFlow's allocator. On a CPU TensorFlow reports no
         allocator statistics, so activations and workspace are not counted.
         """
         mem = {"parameter_bytes": _nbytes(self.model.weights),
-               "optimizer_state_bytes": _nbytes(self.optimizer.variables)}
-        if self._gradient_bytes is not None:  # known once a step has been traced
-            mem["gradient_bytes"] = self._gradient_bytes
-        if self.kind == "gpu":
-            info = tf.config.experimental.get_memory_info("GPU:0")
-            mem["gpu_peak_bytes"], mem["gpu_current_bytes"] = int(info["peak"]), int(info["current"])
-        elif self.kind == "tpu":
-            with contextlib.suppress(Exception):  # not every TPU runtime reports it
-                info = tf.config.experimental.get_memory_info("TPU:0")
-                mem["tpu_peak_bytes"], mem["tpu_current_bytes"] = int(info["peak"]), int(info["current"])
-        return mem
+               "optimizer_state_bytes": _nbytes(self.optimizer.variables),
+               "gradient_bytes": self._gradient_bytes}  # known once a step has been traced
+        if self.kind in ("gpu", "tpu"):
+            with contextlib.suppress(Exception) if self.kind == "tpu" else contextlib.nullcontext():
+                info = tf.config.experimental.get_memory_info(f"{self.kind.upper()}:0")  # not every TPU reports it
+                mem.update(device=self.kind, peak_bytes=int(info["peak"]), current_bytes=int(info["current"]))
+        return MemoryReport("tf", **mem)
 
 
 def make_stepper(config: RunConfig, data: Dataset | None = None, *, jit_compile: bool = False,
-                 strategy=None) -> TFStepper:
+                 strategy=None, overflow_replica: int | None = None) -> TFStepper:
     """The `Stepper` the shared loop drives (see `labkit.train.loop`).
 
     Raises ValueError before any work for a config this machine cannot run (a GPU or TPU
-    that is not there, bf16 on a pre-Ampere GPU, fp16 on a TPU). ``jit_compile=True``
-    compiles the step with XLA; ``strategy`` runs it through any ``tf.distribute.Strategy``
-    (a TPU is found and used automatically).
+    that is not there, bf16 on a pre-Ampere GPU, fp16 on a TPU, a batch that does not split
+    over the replicas). ``jit_compile=True`` compiles the step with XLA; ``strategy`` runs it
+    through any ``tf.distribute.Strategy`` (a TPU is found and used automatically), and
+    ``overflow_replica`` makes an injected overflow hit that replica only (None: every one).
     """
     if not isinstance(config, RunConfig):
         raise TypeError(f"make_stepper takes a RunConfig, got {type(config).__name__}")
     if config.framework != "tf":
         raise ValueError(f"this is the TensorFlow runner; config.framework is {config.framework!r}")
-    return TFStepper(config, jit_compile=jit_compile, strategy=strategy)
+    return TFStepper(config, jit_compile=jit_compile, strategy=strategy, overflow_replica=overflow_replica)
+
+
+__all__ = ["REDUCE_TF_DTYPES", "TFStepper", "find_tpu", "framework_state", "make_stepper", "pre_reduced"]

@@ -34,7 +34,8 @@ import math
 from pathlib import Path
 
 from labkit import memory, scaling
-from labkit._validate import choice, integer, number, out_path
+from labkit._validate import choice, integer, number, out_path, shown
+from labkit.scaling.deepspeed import FP16_KEYS
 
 SOURCE = ("microsoft/DeepSpeed 0.19.8: deepspeed/runtime/config.py, constants.py, precision_config.py, "
           "engine.py, zero/config.py, zero/stage_1_and_2.py")
@@ -48,17 +49,7 @@ SEED_BF16 = {"bf16": {"enabled": True}}
 # models for fp16/bf16, zero/config.py for zero_optimization, constants.py for the top level),
 # with their defaults and meaning; zero_optimization lists only the keys that matter here.
 KEYS = {
-    "fp16": {
-        "enabled": (False, "turn on fp16: the engine casts the model to half; ZeRO keeps fp32 master weights"),
-        "auto_cast": (False, "cast floating-point inputs of forward() to fp16"),
-        "loss_scale": (0, "0 = dynamic loss scaling; any other value = that static scale (steps still skipped on overflow)"),
-        "initial_scale_power": (16, "the dynamic scale starts at 2**initial_scale_power"),
-        "loss_scale_window": (1000, "grow the scale x2 after window + 1 steps without overflow, then every window"),
-        "hysteresis": (2, "overflows forgiven (step skipped, scale kept) before the scale is halved"),
-        "consecutive_hysteresis": (False, "refill the hysteresis after every good step, not only at growth"),
-        "min_loss_scale": (1, "floor of the scale; an overflow at the floor stops training with an exception"),
-        "fp16_master_weights_and_grads": (False, "keep master weights and gradients in fp16 too (ZeRO-Offload only)"),
-    },
+    "fp16": FP16_KEYS,  # labkit.scaling.deepspeed holds the fp16 table: the loss scaler reads it too
     "bf16": {
         "enabled": (False, "turn on bf16: model in bf16, fp32 master weights in the optimizer; no loss scaling"),
         "immediate_grad_update": (False, "apply each gradient to the fp32 copy as soon as it is reduced"),
@@ -197,7 +188,7 @@ def write_ds_config(path, precision: str = "bf16", *, stage: int = 2, micro_batc
     path = out_path("path", path)
     if not isinstance(precision, str) or precision not in ("fp16", "bf16"):
         raise (ValueError if isinstance(precision, str) else TypeError)(
-            f"precision must be 'fp16' or 'bf16', got {precision!r}")
+            f"precision must be 'fp16' or 'bf16', got {shown(precision)}")
     stage = integer("stage", stage, minimum=0, maximum=3)
     micro_batch_per_gpu = integer("micro_batch_per_gpu", micro_batch_per_gpu, minimum=1)
     grad_accum = integer("grad_accum", grad_accum, minimum=1)
@@ -269,3 +260,7 @@ def engine_config(config) -> dict:
     if config.reduce_dtype is not None:
         out["communication_data_type"] = config.reduce_dtype
     return out
+
+
+__all__ = ["CHECKED_AGAINST", "INSTALL_HINT", "KEYS", "SEED_BF16", "SEED_FP16", "SOURCE", "communication_dtype", "deepspeed_installed",
+           "engine_config", "explain", "simulate_loss_scale", "write_ds_config", "zero_memory"]

@@ -9,7 +9,7 @@ one process per device (gloo on CPUs, nccl on GPUs), waits for them and reads ba
 JSON-lines log rank 0 wrote, as a `RunResult` with the usual schema plus, in ``extra``:
 
 * ``comm_bytes_per_step`` and ``collectives`` -- every collective one step launched, with the
-  dtype and element count the profiler saw (see `labkit.train.torch.worker`);
+  dtype and element count the profiler saw (see `labkit.train.torch.collectives`);
 * ``reduce_dtype`` -- the dtype the gradients were really reduced in (the largest reduction);
 * ``sharding`` -- each parameter's full shape, per-rank local shape and stored dtype;
 * ``compute_dtypes`` -- the dtype each Linear's output had in the first forward pass;
@@ -38,10 +38,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from labkit._validate import names, number, shown
 from labkit.train.launch import check_engine
 from labkit.train.launch import wait
 from labkit.train.config import RunConfig
 from labkit.train.loop import RunFailed
+from labkit.table import Table
 from labkit.train.result import RunResult
 
 ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -103,6 +105,8 @@ def run(config: RunConfig, timeout_s: float | None = None) -> RunResult:
     Raises `labkit.train.RunFailed` (with the workers' stderr tail, and ``.result`` holding the
     steps rank 0 recorded) if the workers fail.
     """
+    if timeout_s is not None:
+        number("timeout_s", timeout_s, minimum=0, maximum=1e7, inclusive=False)
     backend = check(config)
     with tempfile.TemporaryDirectory(prefix="labkit_torch_dist_") as tmp:
         out = config.out or os.path.join(tmp, "run.jsonl")
@@ -150,9 +154,7 @@ def _launch(spec: dict, config: RunConfig, tmp: str, timeout_s: float | None) ->
 
 
 def worker_module(config: RunConfig) -> str:
-    """The module torchrun starts on each rank: DeepSpeed's engine for ZeRO, else DDP / FSDP2."""
-    if config.parallel.startswith("zero"):
-        return "labkit.train.torch.deepspeed_worker"
+    """The module torchrun starts on each rank (it picks DDP, FSDP2 or DeepSpeed's engine from the config)."""
     return "labkit.train.torch.worker"
 
 
@@ -190,48 +192,57 @@ def reduction_bytes(model: str = "mlp", reduce_dtype: str = "fp32", width: int |
     """
     from labkit.train.models import init_params
 
-    if reduce_dtype not in ITEMSIZE:
-        raise ValueError(f"unknown reduce_dtype {reduce_dtype!r}; choose one of {', '.join(ITEMSIZE)}")
-    if parallel not in ("dp", "fsdp"):
-        raise ValueError(f"unknown parallel {parallel!r}; choose one of dp, fsdp")
+    _one_of("reduce_dtype", reduce_dtype, tuple(ITEMSIZE))
+    _one_of("parallel", parallel, ("dp", "fsdp"))
     n = sum(int(p.size) for p in init_params(model, seed=0, width=width).values())
     return n * ITEMSIZE[reduce_dtype]
 
 
-def collectives_table(result: RunResult) -> str:
-    """One line per collective of the profiled step: op, dtype, elements, bytes; then the total."""
-    rows = result.extra.get("collectives", [])
-    lines = [f"{'collective':<24}{'dtype':>6}{'elements':>10}{'bytes':>10}"]
-    lines += [f"{c['op']:<24}{c['dtype']:>6}{c['elements']:>10}{c['bytes']:>10}" for c in rows]
-    lines.append(f"{'total per step':<40}{result.extra.get('comm_bytes_per_step', 0):>10}")
-    return "\n".join(lines)
+def _run_result(result) -> RunResult:
+    if not isinstance(result, RunResult):
+        raise TypeError(f"result must be a RunResult (run's result); got {type(result).__name__} {shown(result)}")
+    return result
 
 
-def sharding_table(result: RunResult) -> str:
+def _one_of(name: str, value, allowed: tuple[str, ...]) -> None:
+    if not isinstance(value, str) or value not in allowed:
+        raise (ValueError if isinstance(value, str) else TypeError)(
+            f"unknown {name} {shown(value)}; choose one of {', '.join(allowed)}")
+
+
+def collectives_table(result: RunResult) -> Table:
+    """One row per collective of the profiled step: op, dtype, elements, bytes; then the total."""
+    _run_result(result)
+    rows = [(c["op"], c["dtype"], str(c["elements"]), str(c["bytes"])) for c in result.extra.get("collectives", [])]
+    rows.append(("total per step", "", "", str(result.extra.get("comm_bytes_per_step", 0))))
+    return Table(("collective", "dtype", "elements", "bytes"), tuple(rows))
+
+
+def sharding_table(result: RunResult) -> Table:
     """Each parameter: full shape, the shape each rank holds, the stored dtype, the compute dtype."""
+    _run_result(result)
     compute = result.extra.get("compute_dtypes", {})
-    w = max([len(p["name"]) for p in result.extra.get("sharding", [])] + [9]) + 2
-    lines = [f"{'parameter':<{w}}{'full':>10}  {'per rank':<22}{'stored':>7}{'compute':>9}"]
+    rows = []
     for p in result.extra.get("sharding", []):
         module = p["name"].rsplit(".", 1)[0]
         module = next((m for m in compute if m.endswith(module)), None)
         shape = "x".join(map(str, p["shape"]))
         local = ", ".join("x".join(map(str, s)) for s in p["local_shape"])
-        lines.append(f"{p['name']:<{w}}{shape:>10}  {local:<22}{p['dtype']:>7}{compute.get(module, '-'):>9}")
-    return "\n".join(lines)
+        rows.append((p["name"], shape, local, p["dtype"], compute.get(module, "-")))
+    return Table(("parameter", "full", "per rank", "stored", "compute"), tuple(rows))
 
 
-def skip_table(result: RunResult) -> str:
+def skip_table(result: RunResult) -> Table:
     """fp16: per step, each rank's own-gradient finiteness and skip decision, and the scale used."""
+    _run_result(result)
     skipped = result.extra.get("skipped_by_rank", [])
     finite = result.extra.get("local_grads_finite_by_rank", [])
-    lines = [f"{'step':>4}{'scale':>10}  " + "  ".join(f"rank{r}: finite/skip" for r in range(len(skipped)))]
+    rows = []
     for i in range(result.steps_done):
         scale = f"{result.scales[i]:.0f}" if i < len(result.scales) else "-"
-        cells = "  ".join(f"{'yes' if finite[r][i] else 'NO':>13}/{'SKIP' if skipped[r][i] else 'step':<4}"
-                          for r in range(len(skipped)))
-        lines.append(f"{i:>4}{scale:>10}  {cells}")
-    return "\n".join(lines)
+        rows.append((str(i), scale, *(f"{'yes' if finite[r][i] else 'NO'}/{'SKIP' if skipped[r][i] else 'step'}"
+                                      for r in range(len(skipped)))))
+    return Table(("step", "scale", *(f"rank{r}: finite/skip" for r in range(len(skipped)))), tuple(rows))
 
 
 def stock_bf16_hook_allowed() -> bool:
@@ -260,7 +271,7 @@ def ddp_bf16_hooks() -> dict:
     afterwards; an existing one-rank default group is used as it is, a larger one refused:
     DDP would wait for the other ranks). Returns ``{"build": torch version,
     CUDA and NCCL of this build, "stock": "accepted" | "refused: TypeError: <DDP's message>",
-    "labkit": the same for `labkit.train.torch.worker.bf16_compress_hook_gloo`}``.
+    "labkit": the same for `labkit.train.torch.parallel.bf16_compress_hook_gloo`}``.
     On a CPU-only build DDP refuses the stock hook by its name, before any bucket is reduced;
     labkit's copy (the same function under another name) is accepted everywhere.
     """
@@ -271,7 +282,7 @@ def ddp_bf16_hooks() -> dict:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from labkit.train.torch.worker import bf16_compress_hook_gloo
+    from labkit.train.torch.parallel import bf16_compress_hook_gloo
 
     def register(hook) -> str:
         model = DDP(torch.nn.Linear(2, 2))
@@ -315,9 +326,16 @@ def compare(config: RunConfig, reduce_dtypes=("fp32", "bf16")) -> dict[str, RunR
     """
     from labkit.train import run as run_one
 
+    check_engine(config, "torch", "PyTorch")
+    if not names("reduce_dtypes", reduce_dtypes, tuple(ITEMSIZE)):
+        raise ValueError(f"reduce_dtypes must name at least one of {', '.join(ITEMSIZE)}")
     if config.devices < 2:
         raise ValueError("compare needs config.devices >= 2 for the distributed runs")
     out = {"1 process": run_one(config.replace(devices=1, reduce_dtype=None, out=None))}
     for dtype in reduce_dtypes:
         out[f"{config.devices} processes, {dtype} reduce"] = run(config.replace(reduce_dtype=dtype, out=None))
     return out
+
+
+__all__ = ["check", "collectives_table", "compare", "ddp_bf16_hooks", "reduction_bytes", "run", "sharding_table", "skip_table",
+           "stock_bf16_hook_allowed"]

@@ -1,11 +1,12 @@
 """PyTorch demonstrations for notebook 04 (seed 004), each a small function over real torch.
 
-* `autocast_dtypes` -- which ops autocast runs in bf16/fp16 and which it keeps in fp32,
-  read from the output dtypes of real calls on this device;
+* `dtypes_of` -- which ops autocast runs in bf16/fp16 and which it keeps in fp32, read from
+  the output dtypes of real calls on this device, as a table (`autocast_dtypes`: the same as a
+  dict, which notebooks 02 and 04 print line by line);
 * `stalled_updates` -- pure bf16 (``model.to(torch.bfloat16)``) rounds small updates
   away; autocast with fp32 master weights keeps them;
-* `SafeLayerNorm` (seed 004's idea, corrected) next to `SeedSafeLayerNorm` (the seed's
-  code) and `compare_layer_norms`, which shows where a LayerNorm really breaks in fp16;
+* `SafeLayerNorm` (seed 004's idea, corrected) next to `labkit.train.torch.seeds.SeedSafeLayerNorm`
+  (the seed's code) and `compare_layer_norms`, which shows where a LayerNorm really breaks in fp16;
   `unbiased_variance_error` gives the size of the seed's ``x.var()`` mistake per width
   (about 1/(2n)), and `missing_bias_error` the size of its bigger one, the missing bias;
 
@@ -21,10 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
-from labkit._validate import integer, number
 import torch.nn.functional as F
 from torch import nn
+
+from labkit._validate import integer, number
+from labkit.table import Table
+from labkit.train.torch.seeds import SeedSafeLayerNorm
 
 # -- which ops autocast lowers ----------------------------------------------------------
 _OPS = {
@@ -72,6 +75,19 @@ def autocast_dtypes(device_type: str = "cpu", dtype: torch.dtype = torch.bfloat1
             fromlow = op(a32.to(dtype), w32.to(dtype), y).dtype
             out[name] = (str(from32).removeprefix("torch."), str(fromlow).removeprefix("torch."))
     return out
+
+
+def dtypes_of(device_type: str = "cpu", dtype: torch.dtype = torch.bfloat16) -> Table:
+    """`autocast_dtypes` as a table: each op (``name``) and its output dtype from float32 inputs
+    and from inputs already in `dtype`.
+
+    >>> print(dtypes_of("cpu", torch.bfloat16).rows[0])
+    ('linear', 'bfloat16', 'bfloat16')
+    """
+    rows = autocast_dtypes(device_type, dtype)
+    low = str(dtype).removeprefix("torch.")
+    return Table(("name", "from float32", f"from {low}"), tuple((op, *pair) for op, pair in rows.items()),
+                 title=f"torch.amp.autocast({device_type!r}, dtype=torch.{low})")
 
 
 # -- pure bf16 stalls small updates -----------------------------------------------------
@@ -134,24 +150,6 @@ def stalled_updates(steps: int = 50, weight: float = 1.0, update: float = 1e-3) 
 
 
 # -- LayerNorm in low precision ---------------------------------------------------------
-class SeedSafeLayerNorm(nn.Module):
-    """Seed 004's ``SafeLayerNorm``, verbatim. INCORRECT in two ways: ``x.var()`` is the
-    *unbiased* variance (divides by n - 1; ``nn.LayerNorm`` divides by n), and there is
-    no bias (beta) parameter."""
-
-    def __init__(self, hidden_size, eps=1e-5):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(hidden_size))
-        self.eps = eps
-
-    def forward(self, x):
-        x_fp32 = x.float()
-        mean = x_fp32.mean(dim=-1, keepdim=True)
-        var = x_fp32.var(dim=-1, keepdim=True)
-        x_norm = (x_fp32 - mean) / torch.sqrt(var + self.eps)
-        return (self.weight * x_norm).to(x.dtype)
-
-
 class SafeLayerNorm(nn.Module):
     """A LayerNorm that computes in fp32 whatever its input, then returns the input's dtype.
 

@@ -165,3 +165,40 @@ def build(model: str, params: dict[str, np.ndarray]) -> nn.Module:
                 raise ValueError(f"{wanted[name]} has shape {value.shape}, {name} needs {tuple(p.shape)}")
             p.copy_(torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32)))
     return net
+
+
+def module_params(net: nn.Module) -> dict[str, np.ndarray]:
+    """The inverse of `build`: `net`'s weights under `init_params` names, as stored (float32
+    numpy arrays; bf16 and fp16 values are exact in float32), kernels back in (fan_in, fan_out).
+
+    A wrapped module (DDP's ``module.`` prefix) reads as the module itself.
+
+    >>> from labkit.train import models
+    >>> params = models.init_params("mlp", seed=0, width=32)
+    >>> back = module_params(build("mlp", params))
+    >>> list(back) == list(params), all((back[k] == params[k].astype(np.float32)).all() for k in params)
+    (True, True)
+    """
+    if not isinstance(net, nn.Module):
+        raise TypeError(f"module_params takes a torch.nn.Module, got {type(net).__name__}")
+    out = {}
+    for name, p in getattr(net, "module", net).named_parameters():
+        value = p.detach()
+        value = value.full_tensor() if hasattr(value, "full_tensor") else value
+        value = value.float().cpu().numpy()
+        key = init_name(name, value.ndim)
+        out[key] = value.T.copy() if key.endswith("/kernel") else value
+    return out
+
+
+def init_name(name: str, ndim: int) -> str:
+    """The `init_params` name of a PyTorch parameter name (`torch_name` backwards; `ndim` tells a
+    Linear's 2-d weight, a kernel, from a LayerNorm's 1-d scale).
+
+    >>> init_name("blocks.1.attn.qkv.weight", 2), init_name("blocks.0.ln1.weight", 1), init_name("embed.weight", 2)
+    ('block1/attn/qkv/kernel', 'block0/ln1/scale', 'embed/embedding')
+    """
+    *path, leaf = re.sub(r"^blocks\.(\d+)\.", r"block\1.", name).split(".")
+    if leaf == "weight":
+        leaf = "embedding" if path[-1:] in (["embed"], ["pos"]) else "kernel" if ndim == 2 else "scale"
+    return "/".join([*path, leaf])

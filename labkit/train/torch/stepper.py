@@ -31,24 +31,39 @@ from numpy), so seeded runs are reproducible without touching ``torch.manual_see
 A step whose loss is not finite ends the run (the shared loop stops on it); its update
 is not applied, so that `TorchStepper.nonfinite_layer` can replay the forward pass on the
 very weights that overflowed and name the first module whose output is inf/NaN.
+
+One stepper, several engines. `TorchStepper.step` is written once; its `Engine` says how the
+model is held and the update applied. The default is one device; `labkit.train.torch.worker`
+gives each ``torchrun`` process DDP or FSDP2 (`labkit.train.torch.parallel`) or DeepSpeed ZeRO
+(`labkit.train.torch.deepspeed_engine`), which change only the pieces that differ (the rank's
+slice of the batch, the wrapped model, the global loss, the records of a distributed run).
+
+>>> from labkit.train import RunConfig, data
+>>> cfg = RunConfig("torch", "bf16-pure", width=16, progress=False)
+>>> stepper = make_stepper(cfg, data.load(cfg.dataset, seed=0))
+>>> w = stepper.params()
+>>> w["dense1/kernel"].shape, w["dense1/kernel"].dtype
+((64, 16), dtype('float32'))
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from labkit.hardware import detect_cpu
+from labkit.memory import MemoryReport
 from labkit.train import models
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import StepOut
-from labkit.train.torch.models import build
+from labkit.train.torch.devices import check_precision, resolve_device, xla_model
+from labkit.train.torch.engine import Engine, local
+from labkit.train.torch.memory import measure_memory
+from labkit.train.torch.models import build, module_params
 
 COMPUTE_DTYPES = {"fp32": None, "tf32": None, "fp16": torch.float16, "bf16": torch.bfloat16,
                   "bf16-pure": torch.bfloat16}
@@ -65,61 +80,6 @@ def make_stepper(config: RunConfig, data: Dataset) -> "TorchStepper":
     return TorchStepper(config, data, device, description)
 
 
-# -- devices ---------------------------------------------------------------------------
-def resolve_device(requested: str) -> tuple[torch.device, str]:
-    """The torch.device for a RunConfig device name, and a description of it.
-
-    "auto" takes CUDA if ``torch.cuda.is_available()``, else an XLA device (a TPU through
-    ``torch_xla``) if ``torch_xla`` is installed, else the CPU.
-    """
-    if requested == "auto":
-        requested = "cuda" if torch.cuda.is_available() else "tpu" if _has_torch_xla() else "cpu"
-    if requested == "cpu":
-        return torch.device("cpu"), describe_cpu()
-    if requested in ("cuda", "gpu"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {requested!r} asked for, but torch.cuda.is_available() is False "
-                             f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
-                             "use device='cpu' or 'auto'")
-        index = torch.cuda.current_device()
-        name = torch.cuda.get_device_name(index)
-        major, minor = torch.cuda.get_device_capability(index)
-        return torch.device("cuda", index), (f"cuda:{index} ({name}, compute capability {major}.{minor}, "
-                                             f"torch {torch.__version__}, CUDA {torch.version.cuda})")
-    if requested == "tpu":
-        if not _has_torch_xla():
-            raise ValueError("device 'tpu' needs torch_xla (pip install torch_xla on a TPU VM); "
-                             "it is not installed here. Use device='cpu' or 'auto'")
-        import torch_xla
-
-        device = torch_xla.device() if hasattr(torch_xla, "device") else _xla_model().xla_device()
-        kind = _xla_model().xla_device_hw(device)
-        return device, f"xla ({kind}, torch {torch.__version__}, torch_xla {torch_xla.__version__})"
-    raise ValueError(f"unknown device {requested!r}; choose one of auto, cpu, cuda, gpu, tpu")
-
-
-def check_precision(precision: str, device: torch.device) -> None:
-    """Raise ValueError if `precision` cannot run natively on `device`."""
-    if device.type == "cuda" and precision in ("bf16", "bf16-pure"):
-        if not torch.cuda.is_bf16_supported(including_emulation=False):
-            major, minor = torch.cuda.get_device_capability(device)
-            raise ValueError(f"{precision} needs a GPU with native bf16 (compute capability >= 8.0, "
-                             f"Ampere or newer); {torch.cuda.get_device_name(device)} is {major}.{minor}. "
-                             "Use precision='fp16' (with loss scaling) or 'fp32'")
-    if device.type == "xla" and precision == "fp16":
-        raise ValueError("fp16 is not a TPU format (the MXU multiplies in bf16); use precision='bf16'")
-
-
-def _has_torch_xla() -> bool:
-    return importlib.util.find_spec("torch_xla") is not None
-
-
-def _xla_model():
-    import torch_xla.core.xla_model as xm
-
-    return xm
-
-
 def batch_tensors(config: RunConfig, x: np.ndarray, y: np.ndarray, device: torch.device,
                   dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch as the model takes it: the transformer's pixel tokens (int64) or the MLP's float32
@@ -131,37 +91,6 @@ def batch_tensors(config: RunConfig, x: np.ndarray, y: np.ndarray, device: torch
         if dtype is not None:
             xb = xb.to(dtype)
     return xb.to(device), torch.from_numpy(np.asarray(y)).long().to(device)
-
-
-def make_optimizer(config: RunConfig, parameters, fused: bool) -> torch.optim.Optimizer:
-    """Adam without weight decay, or SGD, at ``config.lr``.
-
-    The fused Adam kernel updates every tensor in one pass: on this course's 2-core CPU it cut
-    Adam's step for the 4.3M-parameter MLP from 11.7 ms to 1.4 ms, which is what lets bf16's
-    faster matmuls show in the step time (2.4x -> 3.3x over fp32).
-    """
-    parameters = list(parameters)
-    if config.optimizer == "adam":
-        return torch.optim.Adam(parameters, lr=config.lr, weight_decay=0.0, fused=fused)
-    return torch.optim.SGD(parameters, lr=config.lr)
-
-
-def make_scaler(config: RunConfig, device_type: str, scaler_class=None):
-    """fp16's loss scaler (``torch.amp.GradScaler`` unless `scaler_class` says otherwise),
-    starting at ``config.init_scale`` if given; None for the other precisions."""
-    if config.precision != "fp16":
-        return None
-    kwargs = {} if config.init_scale is None else {"init_scale": float(config.init_scale)}
-    return (scaler_class or torch.amp.GradScaler)(device_type, **kwargs)
-
-
-def describe_cpu() -> str:
-    cpu = detect_cpu()
-    bf16, fp16 = sorted(cpu.bf16_instructions), sorted(cpu.fp16_instructions)
-    capped = f"; instruction set capped: {cpu.caps_text}" if cpu.isa_caps else ""
-    return (f"cpu ({cpu.model}, {torch.get_num_threads()} threads, native bf16: {', '.join(bf16) or 'no'}, "
-            f"native fp16: {', '.join(fp16) or 'no'}{capped}; torch {torch.__version__}; TF32 is a GPU format: "
-            "tf32 runs as fp32 here)")
 
 
 # -- global flags, set around each call and restored -------------------------------------
@@ -207,20 +136,23 @@ def deterministic(enabled: bool):
 
 # -- the stepper -----------------------------------------------------------------------
 class TorchStepper:
-    """One model, optimizer and (for fp16) GradScaler; see the module docstring."""
+    """One model, optimizer and (for fp16) GradScaler; see the module docstring.
 
-    def __init__(self, config: RunConfig, data: Dataset, device: torch.device, description: str):
+    `engine` (default: one device, `Engine`) says how the model is held and the update applied:
+    `labkit.train.torch.worker` passes DDP, FSDP2 or DeepSpeed ZeRO there, one per process.
+    """
+
+    def __init__(self, config: RunConfig, data: Dataset | None, device: torch.device, description: str,
+                 engine: Engine | None = None):
         self.config = config
         self.device = description
         self.torch_device = device
+        self.engine = engine if engine is not None else Engine()
         self.compute_dtype = COMPUTE_DTYPES[config.precision]
         self.pure = config.precision == "bf16-pure"
         params = models.init_params(config.model, seed=config.seed, width=config.width)
-        self.model = build(config.model, params).to(device)
-        if self.pure:
-            self.model.to(torch.bfloat16)  # pure bf16: no fp32 copy of anything
-        self.optimizer = make_optimizer(config, self.model.parameters(), fused=device.type in ("cpu", "cuda"))
-        self.scaler = make_scaler(config, device.type)
+        self.engine.setup(self, build(config.model, params))
+        self.steps = 0  # steps taken
         self._last_batch = None  # the latest (x, y), for memory()
         self._bad_batch = None  # the batch whose loss was not finite, for nonfinite_layer()
         if device.type == "cuda":
@@ -232,36 +164,36 @@ class TorchStepper:
         precision = "high" if self.config.precision == "tf32" else "highest"
         # deterministic kernels cost nothing for these ops on a CPU; on CUDA they would need
         # CUBLAS_WORKSPACE_CONFIG, so there the learner's own setting is left as it is
-        exact = deterministic(True) if self.torch_device.type == "cpu" else contextlib.nullcontext()
+        exact = (deterministic(True) if self.torch_device.type == "cpu" and self.engine.deterministic
+                 else contextlib.nullcontext())
         with matmul_precision(precision), exact:
             yield
 
+    def _autocasting(self) -> bool:
+        return self.compute_dtype is not None and not self.pure and self.engine.autocast
+
     def _autocast(self):
-        if self.compute_dtype is None or self.pure:
+        if not self._autocasting():
             return contextlib.nullcontext()
         return torch.amp.autocast(self.torch_device.type, dtype=self.compute_dtype)
 
     def _inputs(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return batch_tensors(self.config, x, y, self.torch_device, torch.bfloat16 if self.pure else None)
+        return batch_tensors(self.config, x, y, self.torch_device, self.input_dtype)
 
     def _loss(self, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         with self._autocast():
             logits = self.model(xb)
-            # autocast runs cross_entropy in fp32 by itself; pure bf16 casts the logits
-            return F.cross_entropy(logits.float() if self.pure else logits, yb)
+            # autocast runs cross_entropy in fp32 by itself; without it the logits go to fp32
+            return F.cross_entropy(logits if self._autocasting() else logits.float(), yb)
 
-    def _grad_norm(self) -> torch.Tensor:
+    def grad_norm(self) -> float:
         """Global norm of the (unscaled) gradients before clipping; clips if config.clip_norm."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        params = [p for p in self.model.parameters() if p.grad is not None]
         if self.config.clip_norm is None:
-            return torch.nn.utils.get_total_norm(grads)
-        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_norm)
-
-    def _inject_overflow(self) -> None:
-        """Make one gradient entry inf, as an fp16 overflow in the backward pass would."""
-        with torch.no_grad():
-            first = next(p for p in self.model.parameters() if p.grad is not None)
-            first.grad.view(-1)[0] = math.inf
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.config.clip_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
     def _sync(self) -> None:
         if self.torch_device.type == "cuda":
@@ -269,7 +201,7 @@ class TorchStepper:
         elif self.torch_device.type == "xla":
             import torch_xla
 
-            xm = _xla_model()
+            xm = xla_model()
             if hasattr(torch_xla, "sync"):  # run the traced graph (older torch_xla: mark_step)
                 torch_xla.sync()
             else:
@@ -280,35 +212,21 @@ class TorchStepper:
     def step(self, x: np.ndarray, y: np.ndarray, inject_overflow: bool = False) -> StepOut:
         """One optimizer step: forward, (scaled) backward, unscale, clip, step, update."""
         with self._flags():
-            xb, yb = self._inputs(x, y)
+            xb, yb = self._inputs(*self.engine.batch(x, y))
             self._last_batch = (xb, yb)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = self._loss(xb, yb)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            if inject_overflow:
-                self._inject_overflow()
-            if self.scaler is not None:
-                self.scaler.unscale_(self.optimizer)  # grads / scale; records found_inf
-            norm = self._grad_norm()
-            loss_value = float(loss.detach())  # waits for the forward and backward
-            scale = None
-            if self.scaler is not None:
-                scale = self.scaler.get_scale()  # the scale this backward used
-                self.scaler.step(self.optimizer)  # skips optimizer.step() if found_inf
-                self.scaler.update()  # backoff on found_inf: a smaller scale means skipped
-                skipped = self.scaler.get_scale() < scale
-            elif math.isfinite(loss_value):
-                self.optimizer.step()
-                skipped = False
-            else:
-                skipped = True  # the run stops here; keep the weights that overflowed
+            handles = self.engine.hooks(self, inject_overflow)
+            with self.engine.recording(self):
+                self.engine.zero_grad(self)
+                loss = self._loss(xb, yb)
+                norm, scale, skipped = self.engine.update(self, loss, inject_overflow, handles)
+            loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
                 self._bad_batch = (xb, yb)
+            out = self.engine.finish(self, loss, StepOut(loss=loss_value, grad_norm=norm, scale=scale,
+                                                         skipped=skipped))
             self._sync()
-            return StepOut(loss=loss_value, grad_norm=float(norm), scale=scale, skipped=bool(skipped))
+            self.steps += 1
+            return out
 
     def evaluate(self, x: np.ndarray, y: np.ndarray) -> float:
         """Accuracy on (x, y), computed in the run's precision."""
@@ -316,16 +234,19 @@ class TorchStepper:
             xb, yb = self._inputs(x, y)
             with self._autocast():
                 pred = self.model(xb).argmax(dim=-1)
+            self.engine.after_evaluate(self)
             return float((pred == yb).float().mean())
 
     def nonfinite_layer(self) -> str | None:
         """After a non-finite loss: the first parameter, or else the first module (in the order
         the forward pass runs them) whose output is inf/NaN on the batch that overflowed."""
-        if self._bad_batch is None:
+        if self._bad_batch is None and self.engine.replays:
             return None
         for name, p in self.model.named_parameters():
-            if not bool(torch.isfinite(p).all()):
-                return f"parameter {name}"
+            if not bool(torch.isfinite(local(p)).all()):
+                return f"parameter {name}{self.engine.shard_note}"
+        if not self.engine.replays:
+            return None
         found: list[str] = []
 
         def hook(name, module, args, output):
@@ -344,76 +265,20 @@ class TorchStepper:
             return found[0]
         return None if bool(torch.isfinite(loss)) else "loss (cross_entropy)"
 
-    def memory(self) -> dict:
-        """Bytes measured from the real tensors (see `measure_memory`)."""
+    def params(self) -> dict[str, np.ndarray]:
+        """The current weights under `labkit.train.models.init_params`' names, as stored (float32
+        numpy arrays; bf16 values are exact in float32), kernels back in (fan_in, fan_out)."""
+        return module_params(self.model)
+
+    def extra(self) -> dict:
+        """What the run adds to RunResult.extra (a per-process run: collectives, sharding, ranks)."""
+        return self.engine.extra(self)
+
+    def memory(self) -> MemoryReport:
+        """Bytes measured from the real tensors (`labkit.train.torch.memory.measure_memory`)."""
+        if (own := self.engine.memory(self)) is not None:  # a per-process engine reads its own
+            return own
         with self._flags():
-            out = measure_memory(self.model, self.optimizer, self._last_batch, self._loss)
-        if self.torch_device.type == "cuda":
-            out["cuda_max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated(self.torch_device))
-        return out
+            return measure_memory(self.model, self.optimizer, self._last_batch, self._loss,
+                                  self.torch_device)
 
-
-def _storage_bytes(tensors) -> int:
-    seen = {}
-    for t in tensors:
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-    return int(sum(seen.values()))
-
-
-def measure_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch, loss_fn) -> dict:
-    """What a training step holds, in bytes, counted from the tensors themselves.
-
-    * ``parameter_bytes`` -- the weights (fp32 under autocast: they are the master weights;
-      bf16 after ``model.to(torch.bfloat16)``);
-    * ``gradient_bytes`` -- ``p.grad`` (same dtype as the weights);
-    * ``optimizer_state_bytes`` -- everything in ``optimizer.state`` (Adam: ``exp_avg``,
-      ``exp_avg_sq`` and a ``step`` counter per tensor; plain SGD: nothing);
-    * ``saved_activation_bytes`` -- what autograd keeps from one forward pass on `batch`
-      for the backward pass (found with ``torch.autograd.graph.saved_tensors_hooks``,
-      counted once per storage): the activations. This is the part that autocast halves.
-    * ``saved_weight_copy_bytes`` -- also kept for the backward pass: the fp16/bf16 copies
-      of the weights that autocast made for the matmuls (a saved tensor whose autograd
-      history leads, through casts and views only, to a parameter). Zero in fp32 and in
-      pure bf16, where the saved weight *is* the parameter and is already counted.
-    """
-    params = list(model.parameters())
-    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
-    out = {
-        "parameter_bytes": _storage_bytes(params),
-        "gradient_bytes": _storage_bytes(p.grad for p in params if p.grad is not None),
-        "optimizer_state_bytes": _storage_bytes(state),
-    }
-    if batch is not None:
-        own = {p.untyped_storage().data_ptr() for p in params}
-        saved = {"saved_activation_bytes": {}, "saved_weight_copy_bytes": {}}
-
-        def pack(t):
-            s = t.untyped_storage()
-            if s.data_ptr() not in own:
-                kind = "saved_weight_copy_bytes" if _copy_of_parameter(t) else "saved_activation_bytes"
-                saved[kind][s.data_ptr()] = s.nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.enable_grad():
-            loss = loss_fn(*batch)
-        del loss
-        out.update({kind: int(sum(sizes.values())) for kind, sizes in saved.items()})
-    return out
-
-
-# autograd nodes that only cast or re-view a tensor: a weight seen through these is a copy
-_CAST_OR_VIEW = {"ToCopyBackward0", "TBackward0", "TransposeBackward0", "ViewBackward0", "UnsafeViewBackward0",
-                 "PermuteBackward0", "ExpandBackward0", "AliasBackward0", "UnsqueezeBackward0",
-                 "SqueezeBackward0", "SqueezeBackward1"}
-
-
-def _copy_of_parameter(t: torch.Tensor) -> bool:
-    """Is `t` a parameter seen through casts and views only (ToCopy, T, View ... -> the leaf)?"""
-    fn = t.grad_fn
-    while fn is not None and fn.name() in _CAST_OR_VIEW:
-        parents = [f for f, _ in fn.next_functions if f is not None]
-        if len(parents) != 1:
-            return False
-        fn = parents[0]
-    return fn is not None and t.grad_fn is not fn and hasattr(fn, "variable")  # AccumulateGrad of a leaf

@@ -1,198 +1,28 @@
-"""Where a training step's memory goes: modelled next to measured, as tables and figures.
+"""Where a training step's memory goes, modelled next to measured: tables and figures.
 
-A step holds seven kinds of bytes (`SEGMENTS`):
+The parts and how each side counts them are in `labkit.memory.breakdown`; every function here
+takes the records `labkit.bench.bench` (or `labkit.claims.run_records`) returns.
 
-====================  ==============================================================
-``weights``           the parameters the optimizer updates (fp32 under autocast and
-                      Keras/Flax mixed policies: they are the master copy; bf16 in pure bf16)
-``master_weights``    a separate fp32 copy, in the ZeRO/DeepSpeed "mixed" layout only
-``gradients``         one per weight, in the weight's dtype
-``optimizer_states``  Adam's m and v (plus a step counter per tensor in torch)
-``weight_copies``     the 16-bit copies of the weights that autocast makes for each
-                      matmul and keeps for the backward pass
-``activations``       what the forward pass keeps for the backward pass
-``step_temporaries``  XLA's temporary buffers of a compiled step (JAX): activations,
-                      gradients and casts together -- the compiler does not tell them apart
-====================  ==============================================================
-
-`modelled` counts them from the shapes (`labkit.memory`: the ZeRO model-state count and the
-activation model); `measured` reads them from a runner's ``memory`` dict (PyTorch: the
-tensors themselves and autograd's saved tensors; JAX: the compiled step's
-``memory_analysis()``; TensorFlow: its variables and gradients -- on a CPU it reports no
-activations, so its total is unknown). On a GPU the measured side also carries the
-allocator's peak.
-
->>> fp32, bf16 = (modelled("mlp", 512, p, width=1024) for p in ("fp32", "bf16"))
->>> bf16.parts["weights"] == fp32.parts["weights"]      # autocast keeps the weights in fp32
-True
->>> round(bf16.parts["activations"] / fp32.parts["activations"], 2)
-0.5
->>> round(bf16.total / fp32.total, 2)   # autocast's weight copies take back what activations save
-1.0
+>>> label_offsets(2)
+[-5.0, 5.0]
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from functools import lru_cache
-
-from labkit import memory
-from labkit._validate import choice, integer, shown
+from labkit._validate import integer, shown
+from labkit.memory.activations import counts
+from labkit.memory.breakdown import LABELS, SEGMENTS, Breakdown, measured, modelled, total_bytes
 from labkit.table import Table
 
-SEGMENTS = ("weights", "master_weights", "gradients", "optimizer_states", "weight_copies", "activations",
-            "step_temporaries")
-LABELS = {
-    "weights": "weights",
-    "master_weights": "fp32 master copy",
-    "gradients": "gradients",
-    "optimizer_states": "optimizer states",
-    "weight_copies": "16-bit weight copies",
-    "activations": "activations",
-    "step_temporaries": "XLA step temporaries",
-}
 COLORS = {"weights": "#4C78A8", "master_weights": "#9ECAE9", "gradients": "#F58518", "optimizer_states": "#E45756",
           "weight_copies": "#B279A2", "activations": "#54A24B", "step_temporaries": "#BAB0AC"}
-
-LAYOUT = {"fp32": "fp32", "tf32": "fp32", "fp16": "autocast", "bf16": "autocast", "bf16-pure": "bf16-pure"}
-"""labkit.train precision -> `labkit.memory` model-state layout. Every labkit runner keeps fp32
-weights under fp16/bf16 (autocast, Keras' mixed policies, Flax ``param_dtype=float32``)."""
-
-_FRAMEWORKS = ("torch", "jax", "tf")
-_PEAK = {"torch": "cuda_max_memory_allocated_bytes", "tf": "gpu_peak_bytes"}
-
-
-@dataclass(frozen=True)
-class Breakdown:
-    """Bytes per segment of one step; ``None`` marks a part that cannot be measured here.
-
-    ``total`` is the sum when every part is known (or folded into ``step_temporaries``),
-    else None; ``peak`` is the device allocator's peak where one is reported (a GPU);
-    ``note`` says what is missing and why.
-    """
-
-    parts: dict = field(default_factory=dict)
-    source: str = "modelled"
-    complete: bool = True
-    peak: int | None = None
-    note: str = ""
-
-    @property
-    def total(self) -> int | None:
-        if not self.complete:
-            return None
-        return int(sum(v for v in self.parts.values() if v is not None))
-
 
 FONT = {"small": 10, "label": 11, "title": 11}
 """Font sizes (pt) of the figures: legible when the notebook shows them at its width."""
 
 
-def _check_precision(precision: str) -> None:
-    choice("precision", precision, LAYOUT)
-
-
 def _dpi(dpi) -> int:
     return integer("dpi", dpi, minimum=10, maximum=1000)
-
-
-def weight_copy_elements(model: str, width: int | None = None) -> int:
-    """Weight elements autocast copies to 16 bits *and keeps* for the backward pass.
-
-    A matmul ``y = x @ W`` needs ``W`` again only to send a gradient back to ``x``; autocast
-    saves its 16-bit copy of ``W`` for that. The MLP's first layer takes the data, which
-    needs no gradient, so its copy is dropped; the transformer's first op is an embedding
-    lookup (no matmul, no copy) and every kernel after it keeps one. Checked against
-    PyTorch's ``saved_weight_copy_bytes`` in the tests.
-
-    >>> weight_copy_elements("mlp", 32) == 32 * 32 + 32 * 10
-    True
-    """
-    model, _, width = memory.check_sizes(model, 1, width)
-    return _counts(model, width)[1]
-
-
-@lru_cache(maxsize=32)
-def _counts(model: str, width: int | None) -> tuple[int, int, int]:
-    """(parameters, weight-copy elements, parameter tensors) of a labkit model, from its shapes."""
-    from labkit.train.models import param_layout
-
-    layout = [(name, math.prod(shape)) for name, shape, _ in param_layout(model, width)]  # nothing allocated
-    first = "dense1/kernel" if model == "mlp" else None
-    copies = sum(size for name, size in layout if name.endswith("/kernel") and name != first)
-    return sum(size for _, size in layout), int(copies), len(layout)
-
-
-def modelled(model: str, batch_size: int, precision: str, width: int | None = None,
-             optimizer: str = "adam") -> Breakdown:
-    """The step's memory from the shapes: `labkit.memory.model_state_bytes` in the layout the
-    runners use (`LAYOUT`), `labkit.memory.activation_bytes`, and autocast's weight copies."""
-    _check_precision(precision)
-    model, batch_size, width = memory.check_sizes(model, batch_size, width)
-    activations = memory.activation_bytes(model, batch_size, precision, width)
-    n, copies, _ = _counts(model, width)
-    layout = LAYOUT[precision]
-    states = memory.model_state_bytes(n, layout, optimizer)
-    parts = {k: states[k] for k in ("weights", "master_weights", "gradients", "optimizer_states")}
-    parts["weight_copies"] = 2 * copies if layout == "autocast" else 0
-    parts["activations"] = activations
-    parts["step_temporaries"] = 0
-    return Breakdown(parts, "modelled")
-
-
-def measured(framework: str, mem: dict) -> Breakdown:
-    """Read a runner's ``RunResult.memory`` (or a bench record's ``memory``) into segments."""
-    choice("framework", framework, _FRAMEWORKS)
-    if not isinstance(mem, dict):
-        raise TypeError(f"mem must be a runner's memory dict, got {type(mem).__name__} {shown(mem)}")
-
-    def get(key):
-        value = mem.get(key)
-        if value is None:
-            return None
-        if isinstance(value, float) and value.is_integer():  # a count read back from JSON as 1e9
-            value = int(value)
-        return integer(f"mem[{key!r}] (a byte count)", value, minimum=0)
-
-    peak = get(_PEAK.get(framework, ""))
-    if framework == "torch":
-        parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=get("gradient_bytes"),
-                     optimizer_states=get("optimizer_state_bytes"), weight_copies=get("saved_weight_copy_bytes"),
-                     activations=get("saved_activation_bytes"), step_temporaries=0)
-        note = "" if parts["activations"] is not None else "no step has run: nothing saved for backward yet"
-    elif framework == "jax":
-        parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=None,
-                     optimizer_states=get("optimizer_state_bytes"), weight_copies=None, activations=None,
-                     step_temporaries=get("step_temp_bytes"))
-        note = "gradients, activations and casts are inside the compiled step's temporaries"
-        if parts["step_temporaries"] is None:
-            note = "the step has not been compiled yet: no memory_analysis()"
-    else:
-        parts = dict(weights=get("parameter_bytes"), master_weights=0, gradients=get("gradient_bytes"),
-                     optimizer_states=get("optimizer_state_bytes"), weight_copies=None, activations=None,
-                     step_temporaries=0)
-        note = "TensorFlow reports no allocator statistics on a CPU: activations not counted"
-        if peak is not None:
-            note = "activations are inside the GPU allocator's peak"
-    required = ("weights", "optimizer_states") + (("step_temporaries",) if framework == "jax" else
-                                                   ("gradients", "activations"))
-    complete = all(parts[k] is not None for k in required)
-    if not mem:
-        note = "the run reported no memory figures"
-    return Breakdown({k: (None if v is None else int(v)) for k, v in parts.items()}, "measured", complete,
-                     None if peak is None else int(peak), note)
-
-
-def total_bytes(framework: str, mem: dict) -> tuple[int | None, str]:
-    """The step's measured memory and where it comes from: the GPU allocator's peak when
-    reported, else the sum of the measured parts, else (None, why not)."""
-    b = measured(framework, mem)
-    if b.peak is not None:
-        return b.peak, "allocator peak"
-    if b.total is not None:
-        return b.total, "sum of measured parts"
-    return None, b.note
 
 
 def _record_pair(rec: dict) -> tuple[Breakdown, Breakdown]:
@@ -250,7 +80,7 @@ def difference_table(records) -> Table:
         if rec.get("framework") != "torch":
             continue
         model, meas = _record_pair(rec)
-        tensors = _counts(rec["model"], rec["width"])[2]
+        tensors = counts(rec["model"], rec["width"])[2]
         diffs = {k: meas.parts[k] - model.parts[k] for k in SEGMENTS if meas.parts[k] is not None}
         notes = []
         for k, d in diffs.items():
@@ -417,5 +247,4 @@ def _ratio(framework: str, rec: dict, base: dict) -> float | None:
     return a / b if a is not None and b else None
 
 
-__all__ = ["COLORS", "LABELS", "LAYOUT", "SEGMENTS", "Breakdown", "batch_figure", "difference_table", "measured",
-           "memory_figure", "memory_table", "modelled", "total_bytes", "weight_copy_elements"]
+__all__ = ["COLORS", "FONT", "batch_figure", "difference_table", "memory_figure", "memory_table"]

@@ -1,0 +1,25 @@
+"""`labkit bench`: step time, throughput and activation memory per framework x precision x model.
+
+Every cell trains the course's real model (the runner's own stepper: model, optimizer, loss
+scaler) on synthetic data of the course's shapes, within a time budget (``max_seconds``);
+`labkit.bench.runs` says how each is timed. The rest of the room:
+
+- `labkit.bench.plan`: the cells and their sizes (`cells`, `shape_of`), checked before any import;
+- `labkit.bench.peaks`: each GPU's dense peaks and a step's FLOPs, for MFU;
+- `labkit.bench.records`: the progress line, `table` and `plot` of the records;
+- `labkit.bench.matmul`: one big matmul per framework, the hardware's ceiling.
+
+>>> cells(["torch"], ["fp32", "bf16"], ["mlp"])[:2]
+[('torch', 'mlp', 'aligned', 'fp32'), ('torch', 'mlp', 'aligned', 'bf16')]
+"""
+
+from labkit.bench.matmul import MATMUL_FRAMEWORKS, MAX_MATMUL_N, emulation_table, matmul_ms, matmul_table
+from labkit.bench.peaks import PEAK_PRECISION, PEAK_TFLOPS, PEAKS, Peak, peak, peak_tflops, peaks_table, train_flops
+from labkit.bench.plan import DEFAULT_BATCH, DEFAULT_WIDTH, MAX_STEPS, MIN_STEPS, SHAPES, SMALL, cells, shape_of
+from labkit.bench.records import plot, plot_suffixes, progress_line, table
+from labkit.bench.runs import bench
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_WIDTH", "MATMUL_FRAMEWORKS", "MAX_MATMUL_N", "MAX_STEPS", "MIN_STEPS", "PEAKS",
+           "PEAK_PRECISION", "PEAK_TFLOPS", "SHAPES", "SMALL", "Peak", "bench", "cells", "emulation_table", "matmul_ms",
+           "matmul_table", "peak", "peak_tflops", "peaks_table", "plot", "plot_suffixes", "progress_line", "shape_of",
+           "table", "train_flops"]
