@@ -17,7 +17,7 @@ rank, and how the loss scale moves -- all read from DeepSpeed 0.19.8's source (m
   write ``"communication_data_type": "fp32"``; an fp16 run reduces the *scaled* fp16 gradients.
 
 The real engine: ``RunConfig("torch", "bf16", devices=2, parallel="zero2")`` (or "zero1") runs
-DeepSpeed itself under torchrun (`labkit.train.torch.deepspeed_worker`, config from
+DeepSpeed itself under torchrun (`labkit.train.torch.worker` with `deepspeed_engine`, config from
 `engine_config`) once ``pip install "labkit[deepspeed]"`` has installed it. On a CPU DeepSpeed
 runs fp32 and bf16 over gloo, but refuses fp16 ("Type fp16 is not supported on your device")
 unless oneDNN reports fp16 support (on x86: AVX512-FP16 or AVX-NE-CONVERT) -- so on such a CPU the fp16 block

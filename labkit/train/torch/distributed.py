@@ -59,7 +59,7 @@ def check(config: RunConfig) -> str:
     if device == "auto":
         device = "cuda" if gpus >= config.devices else "cpu"
     if device == "tpu":
-        raise ValueError("torch_dist runs DDP/FSDP2 on CPUs (gloo) or CUDA GPUs (nccl), not on a TPU; "
+        raise ValueError("the torch engine runs DDP/FSDP2 on CPUs (gloo) or CUDA GPUs (nccl), not on a TPU; "
                          "use device='cpu', 'cuda' or 'auto'")
     if device in ("cuda", "gpu"):
         if gpus < config.devices:

@@ -253,7 +253,7 @@ def bf16_compress_hook_gloo(state, bucket):
 
     DDP refuses a hook *named* ``bf16_compress_hook`` unless torch was built with CUDA and
     NCCL >= 2.10 (or XPU and XCCL) -- a check on the build, not on the process group
-    (``torch/nn/parallel/distributed.py``, ``_check_comm_hook``; `torch_dist.ddp_bf16_hooks`
+    (``torch/nn/parallel/distributed.py``, ``_check_comm_hook``; `labkit.train.torch.distributed.ddp_bf16_hooks`
     shows it). gloo all-reduces bf16 on CPUs, so on a CPU the same hook runs under this name.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
