@@ -43,14 +43,20 @@ def _missing_framework(path: Path) -> str | None:
     return None
 
 
-# Strict numerics, as equinox's tests/conftest.py sets them: JAX promotes no dtype silently
-# (float16 + float32 raises TypePromotionError; a Python scalar still adapts), for the whole
-# session. Set through JAX's own environment variable, read when jax is imported, so this file
-# imports no jax (none at all where it is not installed) and the child processes the
-# distributed engine starts are strict too.
-os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
-if "jax" in sys.modules:  # imported already (a plugin): set it on the live config too
-    sys.modules["jax"].config.update("jax_numpy_dtype_promotion", "strict")
+def pytest_configure(config):
+    """Strict numerics for the tests, as equinox's tests/conftest.py sets them: JAX promotes no
+    dtype silently (float16 + float32 raises TypePromotionError; a Python scalar still adapts).
+
+    Set through JAX's own environment variable, read when jax is imported, so this file imports
+    no jax (none at all where it is not installed) and the child processes the distributed
+    engine starts are strict too. Not under ``--nbval``: a notebook runs as a learner runs it,
+    with JAX's default promotion (optax's Adam and Flax's LayerNorm promote by design).
+    """
+    if getattr(config.option, "nbval", False) or getattr(config.option, "nbval_lax", False):
+        return
+    os.environ["JAX_NUMPY_DTYPE_PROMOTION"] = "strict"
+    if "jax" in sys.modules:  # imported already (a plugin): set it on the live config too
+        sys.modules["jax"].config.update("jax_numpy_dtype_promotion", "strict")
 
 
 def pytest_ignore_collect(collection_path, config):

@@ -160,3 +160,20 @@ def test_doctest_collection_leaves_out_only_modules_whose_framework_is_missing(m
     assert ignore("labkit/train/config.py") is None
     assert ignore("labkit/formats/spec.py") is None and ignore("labkit/train/jax/stepper.py") is None
     assert ignore("tests/train/test_torch_runner.py") is None  # tests skip themselves
+
+
+def test_jax_is_strict_in_the_tests_and_default_in_the_notebooks(monkeypatch):
+    """The root conftest makes JAX's dtype promotion strict for tests, not for nbval's kernels
+    (a notebook runs as a learner runs it: optax's Adam and Flax's LayerNorm promote by design)."""
+    import importlib.util
+    import os
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("repo_conftest_strict", ROOT / "conftest.py")
+    repo_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(repo_conftest)
+    monkeypatch.delenv("JAX_NUMPY_DTYPE_PROMOTION", raising=False)
+    repo_conftest.pytest_configure(SimpleNamespace(option=SimpleNamespace(nbval=True, nbval_lax=False)))
+    assert "JAX_NUMPY_DTYPE_PROMOTION" not in os.environ
+    repo_conftest.pytest_configure(SimpleNamespace(option=SimpleNamespace()))
+    assert os.environ["JAX_NUMPY_DTYPE_PROMOTION"] == "strict"
