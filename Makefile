@@ -21,12 +21,13 @@ lab: install  ## install everything, open JupyterLab on notebooks/ (localhost, t
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=notebooks $(ROOT_OK)
 
 # `make test` runs in two lanes, so that both cores stay busy:
-#   lane 1: the unit tests, then nbval on the light notebooks (NBVAL_LANE1);
+#   lane 1: the unit tests, then nbval on the light notebooks (NBVAL_LANE1: 00-03, 09, 10);
 #   lane 2: the portable-truth check on one core, then nbval on the heavy notebooks (NBVAL_LANE2).
 # Lane 2's log is printed when both are done; any part failing fails the target.
 NBVAL        := -m pytest --nbval --nbval-sanitize-with notebooks/nbval_sanitize.cfg -p no:cacheprovider
 NBVAL_LANE1  := notebooks/00_start_here.ipynb notebooks/01_float_formats.ipynb \
-                notebooks/02_underflow_overflow.ipynb notebooks/03_loss_scaling.ipynb
+                notebooks/02_underflow_overflow.ipynb notebooks/03_loss_scaling.ipynb \
+                notebooks/09_fp8_block_formats.ipynb notebooks/10_lowp_optimizers.ipynb
 NBVAL_LANE2  := $(filter-out $(NBVAL_LANE1),$(sort $(wildcard notebooks/*.ipynb)))
 LANE2_LOG    := .portable-check.log
 
@@ -70,6 +71,7 @@ bench: install  ## measured speed and memory on this machine (prints figures; as
 	$(BIN)/labkit bench --framework torch,jax,tf --precision fp32,bf16,fp16 --model mlp,transformer
 	$(BIN)/python benchmarks/scaler_replay.py
 	$(BIN)/python benchmarks/bench_explorer.py
+	$(BIN)/python benchmarks/bench_blocks.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

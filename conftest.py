@@ -12,7 +12,8 @@ import os
 import sys
 from pathlib import Path
 
-FRAMEWORKS = {"torch", "jax", "flax", "optax", "jmp", "tensorflow", "keras", "deepspeed", "tf_keras"}
+FRAMEWORKS = {"torch", "jax", "flax", "optax", "jmp", "tensorflow", "keras", "deepspeed", "tf_keras",
+              "torchao", "optimi", "bitsandbytes", "gfloat"}  # the last four: labkit[lowp]
 
 
 def _top_level_imports(path: Path) -> set[str]:

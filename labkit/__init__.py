@@ -16,7 +16,7 @@ import importlib
 
 from labkit import formats, hardware, memory, table
 
-_LAZY = ("bench", "checks", "claims", "colab", "evidence", "scaling", "train", "widgets")  # heavier, or need the rest
+_LAZY = ("bench", "checks", "claims", "colab", "diagrams", "evidence", "exercises", "scaling", "train", "widgets")  # heavier, or need the rest
 
 
 def __getattr__(name):

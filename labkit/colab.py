@@ -50,6 +50,7 @@ def _labkit_colab_setup(repo="{repo}"):
         except importlib.metadata.PackageNotFoundError:
             pass
     extras = ",".join(e for e in ("torch", "jax", "tf") if {{"tf": "tensorflow"}}.get(e, e) in pins)
+    extras += ",lowp" if "torch" in pins else ""  # torchao, torch-optimi, bitsandbytes (notebooks 09-10)
     spec = f"labkit[{{extras}}] @ git+{{repo}}" if extras else f"labkit @ git+{{repo}}"
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
         constraints.write("".join(f"{{d}}=={{v}}\\n" for d, v in pins.items()))
@@ -68,8 +69,9 @@ del _labkit_colab_setup'''
 SETUP_CELL = _SETUP_TEMPLATE.format(repo=REPO_URL, keep=KEEP)
 """The source of the first code cell of every notebook, exactly (no trailing newline).
 
-On Colab it runs ``pip install -q -c CONSTRAINTS "labkit[torch,jax,tf] @ git+REPO_URL"``,
-naming only the extras whose framework Colab has, with CONSTRAINTS pinning `KEEP`;
+On Colab it runs ``pip install -q -c CONSTRAINTS "labkit[torch,jax,tf,lowp] @ git+REPO_URL"``,
+naming only the extras whose framework Colab has (``lowp``, the libraries below 8 bits, where
+it has torch), with CONSTRAINTS pinning `KEEP`;
 elsewhere it returns at once, prints nothing and leaves no names behind.
 """
 

@@ -64,7 +64,7 @@ never hangs: the call that was running and every thread's traceback are in `HANG
 folder (under pytest: /tmp/pytest-of-$USER/pytest-current/fuzz0/)."""
 HANG_FILE = "labkit-fuzz-hang.txt"
 
-FRAMEWORKS = ("torch", "jax", "tensorflow", "keras", "flax", "optax", "jmp")
+FRAMEWORKS = ("torch", "jax", "tensorflow", "keras", "flax", "optax", "jmp", "torchao", "optimi", "bitsandbytes", "gfloat")
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -314,6 +314,14 @@ OVERRIDES = {
     ("labkit.scaling.fp8.current_scale", "amax"): 2.0,
     ("labkit.scaling.fp8.current_scale", "fmt"): "fp8_e4m3",
     ("labkit.scaling.plot_fp8", "traces"): Make(_fp8_traces),
+    ("labkit.scaling.recipes.evaluate", "recipe"): "tiles",
+    ("labkit.scaling.recipes.scales_for", "recipe"): "rowwise",
+    ("labkit.scaling.recipes.plant_outlier", "x"): Make(lambda ctx: np.array([[1.0, -2.0], [0.0, 3.0]], np.float32)),
+    ("labkit.formats.gemm.fp8_matmul", "a"): Make(lambda ctx: np.ones((2, 3))),
+    ("labkit.formats.gemm.fp8_matmul", "b"): Make(lambda ctx: np.ones((3, 2))),
+    ("labkit.formats.gemm.sweep", "ks"): (128, 256),  # the default sweep to 16384 takes a second a call
+    ("labkit.formats.gemm.accumulation_error", "ks"): (128, 256),
+    ("labkit.formats.gemm.plot_accumulation_error", "ks"): (128, 256),
     ("labkit.scaling.traces_table", "traces"): Make(
         lambda ctx: [__import__("labkit.scaling", fromlist=["x"]).simulate("torch", [False, True])]),
     ("labkit.scaling.plot_traces", "traces"): Make(
@@ -338,6 +346,7 @@ OVERRIDES = {
     ("labkit.hardware.native_precision", "report"): Make(lambda ctx: _report("A100")),
     ("labkit.hardware.native_table", "report"): Make(lambda ctx: _report("A100")),
     ("labkit.widgets.FormatExplorer.bit_button", "index"): 0,
+    ("labkit.widgets.BlockExplorer", "format"): "mxfp8_e4m3",
     ("labkit.widgets.LossScaleExplorer", "values"): Make(lambda ctx: [1e-3, 0.5, 2.0]),
     # the benchmarks: the smallest real run, so a bad value that slips through costs little
     ("labkit.bench.bench", "steps"): 1,
@@ -354,6 +363,8 @@ OVERRIDES = {
     ("labkit.bench.emulation_table", "n"): 16,
     ("labkit.bench.emulation_table", "max_seconds"): 1.0,
     ("labkit.checks.close", "rel"): 0.1,
+    ("labkit.memory.optimizer_state_bytes", "shapes"): Make(lambda ctx: [(64, 16), (16,)]),
+    ("labkit.memory.optimizer_state_table", "shapes"): Make(lambda ctx: [(64, 16), (16,)]),
     # labkit.train: its lessons, data, models and reports
     ("labkit.train.gradient_error", "grads"): Make(lambda ctx: {"w": np.array([1e-3, 0.0, 0.0, 4.0])}),
     ("labkit.train.gradient_error", "reference"): Make(_grads),
@@ -383,6 +394,28 @@ OVERRIDES = {
     ("labkit.train.torch.distributed.sharding_table", "result"): Make(_sharded),
     ("labkit.train.torch.distributed.skip_table", "result"): Make(_sharded),
     ("labkit.widgets.explorer_view", "entry"): "0x3c00",  # the function labkit.widgets exports
+    # labkit.formats.blocks: one block of 32 values, block formats by their names
+    ("labkit.formats.blocks.quantize", "x"): Make(lambda ctx: np.linspace(-1, 1, 32)),
+    ("labkit.formats.blocks.quantize", "format"): "mxfp4",
+    ("labkit.formats.blocks.rms_relative_error", "x"): Make(lambda ctx: np.linspace(-1, 1, 32)),
+    ("labkit.formats.blocks.rms_relative_error", "format"): "mxfp4",
+    ("labkit.formats.blocks.block_table", "x"): Make(lambda ctx: [500.0] + [1.0] * 31),
+    ("labkit.formats.blocks.block_table", "format"): "mxfp8_e4m3",
+    ("labkit.formats.blocks.error_table", "x"): Make(lambda ctx: np.linspace(-1, 1, 64)),
+    ("labkit.formats.blocks.error_table", "formats"): ["mxfp4", "nvfp4"],
+    ("labkit.formats.blocks.outlier_table", "amax"): 500.0,
+    ("labkit.formats.blocks.outlier_table", "format"): "mxfp8_e4m3",
+    ("labkit.formats.blocks.get_format", "name"): "mxfp4",
+    ("labkit.formats.blocks.tensor_scale_from_amax", "amax"): 2688.0,
+    # exercises: an id and an answer of its kind; register() gets a fresh exercise each time
+    ("labkit.exercises.check", "exercise_id"): "bf16_of_257", ("labkit.exercises.check", "answer"): 258,
+    ("labkit.exercises.show", "exercise_id"): "bf16_of_257", ("labkit.exercises.get", "exercise_id"): "bf16_of_257",
+    ("labkit.exercises.Exercise.judge", "answer"): 258, ("labkit.exercises.Exercise.is_right", "answer"): 256.0,
+    ("labkit.exercises.Exercise.is_right", "key"): 256.0, ("labkit.exercises.Hint.message", "answer"): 257.0,
+    ("labkit.exercises.Hint.message", "key"): 256.0, ("labkit.exercises.mx_dequantize", "amax"): 500.0,
+    ("labkit.exercises.mx_dequantize", "x"): 500.0, ("labkit.exercises.exercises", "notebook"): "01",
+    ("labkit.exercises.register", "exercise"): Make(lambda ctx: __import__("dataclasses").replace(
+        __import__("labkit.exercises", fromlist=["x"]).get("bf16_of_257"), id=f"fuzz_{time.monotonic_ns()}")),
 }
 
 
@@ -419,6 +452,9 @@ def _instances():
         "labkit.scaling.fp8.Fp8Trace": lambda: _fp8_traces()["current"],
         "labkit.scaling.seeds.DynamicLossScaler": lambda: scaling.seeds.DynamicLossScaler(),
         "labkit.train.RunConfig": lambda: _config(),
+        "labkit.exercises.Exercise": lambda: __import__("labkit.exercises", fromlist=["x"]).get("bf16_of_257"),
+        "labkit.exercises.Feedback": lambda: __import__("labkit.exercises", fromlist=["x"]).check("bf16_of_257", 258),
+        "labkit.exercises.Hint": lambda: __import__("labkit.exercises", fromlist=["x"]).get("bf16_of_257").hints[1],
         "labkit.train.RunResult": lambda: _result(),
         "labkit.train.StepOut": lambda: train.StepOut(1.0, 0.5),
         "labkit.widgets.FormatExplorer": lambda: widgets.FormatExplorer(),
@@ -426,6 +462,12 @@ def _instances():
         "labkit.widgets.ScalerPlayground": lambda: widgets.ScalerPlayground(),
         "labkit.train.GradientError": lambda: train.gradient_error(_grads(), _grads(), "fp16"),
         "labkit.train.data.Dataset": lambda: __import__("labkit.train.data", fromlist=["x"]).load(),
+        "labkit.scaling.recipes.RecipeResult": lambda: scaling.recipes.evaluate([np.ones((2, 128), np.float32)],
+                                                                                "current"),
+        "labkit.widgets.BlockExplorer": lambda: widgets.BlockExplorer(),
+        "labkit.formats.blocks.BlockFormat": lambda: __import__("labkit.formats.blocks", fromlist=["x"]).FORMATS["mxfp4"],
+        "labkit.formats.blocks.BlockTensor": lambda: __import__("labkit.formats.blocks", fromlist=["x"]).quantize(np.linspace(-1, 1, 32), "nvfp4",
+                                                                        tensor_scale="amax"),
     }
 
 

@@ -17,7 +17,7 @@ from labkit import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-COURSE = ("00", "01", "02", "03", "04", "05", "06", "07", "08")  # the plan in DESIGN.md, and 08
+COURSE = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10")  # the plan in DESIGN.md
 
 
 class RecordingPip:
@@ -105,6 +105,7 @@ def test_setup_cell_on_colab_installs_labkit_keeping_the_frameworks(module_versi
     [cmd] = pip.calls
     assert cmd[:4] == [sys.executable, "-m", "pip", "install"] and "-q" in cmd
     extras = ",".join(e for e, d in [("torch", "torch"), ("jax", "jax"), ("tf", "tensorflow")] if installed(d))
+    extras += ",lowp" if installed("torch") else ""
     requirement = f"labkit[{extras}]" if extras else "labkit"
     assert cmd[-1] == f"{requirement} @ git+{colab.REPO_URL}"
     pins = dict(line.split("==") for line in pip.constraints[0].splitlines())

@@ -59,8 +59,8 @@ def test_optional_extras_stay_out_of_all_and_the_environment_and_the_readme_says
 
 def test_all_extra_covers_every_framework_and_the_lab():
     extras = pyproject()["project"]["optional-dependencies"]
-    assert set(extras) >= {"torch", "jax", "tf", "lab", "test", "all"}
-    assert re.search(r"labkit\[torch,jax,tf,lab\]", " ".join(extras["all"]))
+    assert set(extras) >= {"torch", "jax", "tf", "lab", "lowp", "test", "all"}
+    assert re.search(r"labkit\[torch,jax,tf,lab,lowp\]", " ".join(extras["all"]))
 
 
 def test_readme_opens_with_the_two_commands_and_ci_runs_the_test_one():
@@ -81,8 +81,10 @@ def test_lab_command_listens_on_localhost_and_keeps_the_token():
 
 
 # the import-light core (DESIGN.md, principle 3): numpy, ml_dtypes, matplotlib, ipywidgets, never a framework
-CORE = ("labkit.formats", "labkit.scaling", "labkit.memory", "labkit.hardware", "labkit.widgets", "labkit.table")
-FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "flax", "optax", "jmp", "tensorflow", "keras", "tf_keras", "deepspeed")
+CORE = ("labkit.formats", "labkit.scaling", "labkit.memory", "labkit.hardware", "labkit.widgets", "labkit.table",
+        "labkit.exercises", "labkit.diagrams")
+FRAMEWORK_PACKAGES = ("torch", "jax", "jaxlib", "flax", "optax", "jmp", "tensorflow", "keras", "tf_keras", "deepspeed",
+                      "torchao", "optimi", "bitsandbytes", "gfloat")
 _IMPORT_CORE = """
 import importlib, json, pkgutil, sys
 heavy = lambda: sorted(m for m in sys.modules if m.split(".")[0] in {frameworks})

@@ -20,9 +20,9 @@ import numpy as np
 
 from labkit._validate import shown
 from labkit.formats import bits as _bits
-from labkit.formats.spec import FloatFormat, format_names, get
+from labkit.formats.spec import COURSE_FORMATS, FloatFormat, format_names, get
 
-FLAGS = ("overflow", "underflow", "subnormal", "rounded", "exact", "nan", "inf")
+FLAGS = ("overflow", "underflow", "subnormal", "rounded", "exact", "nan", "inf", "saturated", "invalid")
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,15 @@ class Representation:
     """What happens to `input` when it is stored in `format`.
 
     flags: a tuple of
-      "overflow"  -- a finite input too large: it became inf (or NaN in fp8_e4m3);
+      "overflow"  -- a finite input too large: it became inf (or NaN in fp8_e4m3, fnuz, e8m0),
+                     or +-max in fp4 / fp6, which have neither: "saturated" is flagged too;
       "underflow" -- a nonzero input too small: it became zero;
       "subnormal" -- stored below smallest_normal, with fewer significant bits;
       "rounded"   -- stored value differs from the input;
       "exact"     -- stored exactly;
-      "nan", "inf" -- the input itself was NaN / infinite.
+      "nan", "inf" -- the input itself was NaN / infinite;
+      "invalid"   -- a finite input the format has no value near: e8m0 (no sign, no zero) makes
+                     0 and every negative number NaN.
     """
 
     format: str
@@ -124,8 +127,12 @@ def represent(x, fmt: str | FloatFormat) -> Representation:
         flags.append("nan")
     elif math.isinf(x):
         flags.append("inf")
-    elif not math.isfinite(value):
+    elif _bits.overflows(f, x):
         flags.append("overflow")
+        if math.isfinite(value):
+            flags.append("saturated")
+    elif not math.isfinite(value):
+        flags.append("invalid")
     elif value == 0 and x != 0:
         flags.append("underflow")
     else:
@@ -153,5 +160,9 @@ def represent(x, fmt: str | FloatFormat) -> Representation:
 
 
 def represent_all(x, names=None) -> list[Representation]:
-    """`x` in each of `names`: one format name, a list of them, or None for every format in lf.FORMATS."""
-    return [represent(x, name) for name in format_names(names)]
+    """`x` in each of `names`: one format name, a list of them, or None for the six of COURSE_FORMATS.
+
+    >>> [r.value for r in represent_all(100.0, ["fp4", "fp8_e4m3", "e8m0"])]
+    [6.0, 96.0, 128.0]
+    """
+    return [represent(x, name) for name in format_names(names, default=COURSE_FORMATS)]

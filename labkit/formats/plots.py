@@ -12,6 +12,9 @@ notebook shows it once: as the cell's value) and draws only numbers computed by
 * ``plot_rounding_error(names)``  -- the worst relative rounding error at each magnitude;
 * ``plot_running_sum(acc)``       -- a running sum in 16 bits against a wide accumulator.
 
+`names` may hold any format of ``FORMATS`` (fp4_e2m1, e8m0, the fnuz FP8s ...); None draws
+the six of ``COURSE_FORMATS``.
+
 >>> fig = plot_bit_layout(0.1, ["fp16", "bf16"])
 >>> [t.get_text() for t in fig.axes[0].texts if t.get_text() in ("fp16", "bf16")]
 ['fp16', 'bf16']
@@ -29,13 +32,15 @@ from matplotlib.patches import Patch, Rectangle
 from labkit._validate import integer, number, shown
 from labkit.formats.describe import represent
 from labkit.formats.numerics import Accumulation, binade_counts, representable_values
-from labkit.formats.spec import get
-from labkit.formats.summary import bit_fields, decode_formula, error_summary, format_names, short_decimal
+from labkit.formats.spec import COURSE_FORMATS, format_names, get
+from labkit.formats.summary import bit_fields, decode_formula, error_summary, short_decimal
 
 FIELD_COLORS = {"sign": "#E45756", "exponent": "#54A24B", "mantissa": "#4C78A8"}
 FORMAT_COLORS = {
     "fp32": "#4C78A8", "tf32": "#72B7B2", "fp16": "#F58518",
     "bf16": "#54A24B", "fp8_e4m3": "#B279A2", "fp8_e5m2": "#9D755D",
+    "fp4_e2m1": "#E45756", "fp6_e2m3": "#EECA3B", "fp6_e3m2": "#FF9DA6",
+    "e8m0": "#79706E", "fp8_e4m3fnuz": "#D67195", "fp8_e5m2fnuz": "#BAB0AC",
 }
 _STYLE = {
     "font.size": 10, "axes.titlesize": 11, "axes.spines.top": False,
@@ -47,6 +52,11 @@ def pale(color: str, amount: float = 0.25) -> str:
     """`color` mixed with white: `amount` of the colour, the rest white (a '0' bit)."""
     r, g, b = (amount * c + (1 - amount) for c in to_rgb(color))
     return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def _names(names) -> list[str]:
+    """The formats a figure draws: `names`, or the six of COURSE_FORMATS when None."""
+    return format_names(names, default=COURSE_FORMATS)
 
 
 def _finish(fig):
@@ -69,24 +79,31 @@ def plot_bit_layout(x, names=None, *, title: str | None = None):
     pale. Under each row: how the fields decode, the stored value's exact decimal with
     the flags, the neighbouring representable values and the rounding error. Rows
     start at the same left edge, so fields of equal width line up (bf16 over fp32).
+    `names`: one or several formats (fp4_e2m1, e8m0, ... too); None: the six of COURSE_FORMATS.
+
+    >>> fig = plot_bit_layout(100.0, ["fp4", "e8m0"])
+    >>> [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("1+") or t.get_text() == "8+0"]
+    ['1+2+1', '8+0']
     """
     x = _real(x, "x", nan=True)
-    names = format_names(names)
+    names = _names(names)
     if title is not None and not isinstance(title, str):
         raise TypeError(f"title must be a string or None; got {type(title).__name__} {shown(title)}")
     reps = [represent(x, n) for n in names]
     widest = max(get(n).bits for n in names)
+    span = max(widest, 26)  # room for the text lines under a narrow (4-, 6-, 8-bit) row
+    label = 0.45 * max(0, max(len(n) for n in names) - 8)  # room for a long name (fp8_e4m3fnuz)
     row_h, cell_h = 3.6, 1.0
     with plt.rc_context(_STYLE):
         height = 0.3 * row_h * len(names) + 0.9
-        fig = plt.figure(figsize=(0.31 * (widest + 8.5), height))
+        fig = plt.figure(figsize=(0.31 * (span + 8.5 + label), height))
         ax = fig.add_axes((0.0, 0.0, 1.0, 1.0 - 0.55 / height))
         for i, r in enumerate(reps):
             f = get(r.format)
             y = -i * row_h
             ax.text(-0.6, y + 0.5, r.format, ha="right", va="center", fontsize=11, weight="bold",
                     color=FORMAT_COLORS.get(r.format, "black"))
-            ax.text(-0.6, y - 0.25, f"1+{f.exponent_bits}+{f.mantissa_bits}", ha="right",
+            ax.text(-0.6, y - 0.25, f.layout, ha="right",
                     va="center", fontsize=8, color="0.4")
             pattern = format(r.bits, f"0{f.bits}b")
             for j, (bit, field) in enumerate(zip(pattern, bit_fields(f))):
@@ -108,7 +125,7 @@ def plot_bit_layout(x, names=None, *, title: str | None = None):
         handles = [Patch(facecolor=c, edgecolor=c, label=name) for name, c in FIELD_COLORS.items()]
         ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(0.985, 1.0), ncol=3, frameon=False,
                   fontsize=9, borderaxespad=0.1)
-        ax.set_xlim(-4.0, widest + 4.5)
+        ax.set_xlim(-4.0 - label, span + 4.5)
         ax.set_ylim(-(len(names) - 1) * row_h - 2.6, 1.2)
         ax.axis("off")
         if title is None:
@@ -143,21 +160,25 @@ def plot_number_line(names=None, lo=None, hi=None):
     significant bits), solid where it is normal. The three boundaries are listed to the
     right. Bottom: how many values each binade [2^k, 2^(k+1)) holds: 2^M across the
     normal range, halving binade by binade through the subnormals. Negative values
-    mirror the positive ones.
+    mirror the positive ones. e8m0 has no zero: below 2^-127 a value rounds up to it, so
+    its low zone is left plain.
     """
-    names = format_names(names)
+    names = _names(names)
     lo, hi = _log_window(names, lo, hi)
     with plt.rc_context(_STYLE):
         fig, (top, bottom) = plt.subplots(
             2, 1, sharex=True, figsize=(11, 1.0 + 0.55 * len(names) + 2.4),
             gridspec_kw={"height_ratios": [0.55 * len(names) + 0.4, 2.2], "hspace": 0.12},
         )
-        fig.subplots_adjust(left=0.09, right=0.66, top=0.9, bottom=0.1)
+        left = 0.09 + 0.007 * max(0, max(len(n) for n in names) - 8)  # a long name (fp8_e4m3fnuz) needs room
+        fig.subplots_adjust(left=left, right=0.66, top=0.9, bottom=0.1)
         for i, name in enumerate(names):
             f, y, color = get(name), len(names) - 1 - i, FORMAT_COLORS.get(name, "0.3")
+            low = f.smallest_subnormal / 2 if f.has_zero else lo  # e8m0: below 2^-127 is 2^-127, no zero
             zones = (
-                (lo, f.smallest_subnormal / 2, dict(facecolor="white", edgecolor="0.55", hatch="////")),
-                (f.smallest_subnormal / 2, f.smallest_normal, dict(facecolor=pale(color, 0.35), edgecolor=color)),
+                (lo, low, dict(facecolor="white", edgecolor="0.55", hatch="////")),
+                (low if f.has_zero else f.smallest_normal, f.smallest_normal,
+                 dict(facecolor=pale(color, 0.35), edgecolor=color)),
                 (f.smallest_normal, f.max, dict(facecolor=color, edgecolor=color)),
                 (f.max, hi, dict(facecolor="white", edgecolor="#C0392B", hatch="\\\\\\\\")),
             )
@@ -187,7 +208,8 @@ def plot_number_line(names=None, lo=None, hi=None):
             Patch(facecolor="white", edgecolor="0.55", hatch="////", label="underflow: → 0"),
             Patch(facecolor=pale("#777777", 0.35), edgecolor="0.5", label="subnormal"),
             Patch(facecolor="#777777", label="normal"),
-            Patch(facecolor="white", edgecolor="#C0392B", hatch="\\\\\\\\", label="overflow: → inf (e4m3: NaN)"),
+            Patch(facecolor="white", edgecolor="#C0392B", hatch="\\\\\\\\", label="overflow: → inf (e4m3: NaN)" if not any(
+                get(n).saturates for n in names) else "overflow: → inf / NaN / max"),
         ]
         top.legend(handles=legend, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=4, frameon=False,
                    fontsize=8.5, borderaxespad=0.2, handlelength=2.2)
@@ -215,7 +237,7 @@ def plot_values(names=None, lo: float = 0.0, hi: float = 4.0, *, limit: int = 50
     (pale ticks) are evenly spaced down to 0. Raises ValueError when a format has more
     than `limit` values in the window (fp32 between 0 and 1 has about a billion).
     """
-    names = format_names(names)
+    names = _names(names)
     lo, hi = _real(lo, "lo", finite=True), _real(hi, "hi", finite=True)
     values = {}
     for n in names:
@@ -265,7 +287,7 @@ def worst_rel_error(fmt, x) -> np.ndarray:
 
 def plot_rounding_error(names=None, lo=None, hi=None, *, n: int = 3000):
     """Worst relative rounding error against |x|: flat at eps/2, rising in the subnormals."""
-    names = format_names(names)
+    names = _names(names)
     lo, hi = _log_window(names, lo, hi)
     x = np.geomspace(lo, hi, integer("n", n, minimum=2, maximum=1_000_000))
     with plt.rc_context(_STYLE):

@@ -32,7 +32,7 @@ import math
 
 from labkit._validate import shown
 from labkit.formats.describe import represent
-from labkit.formats.spec import format_names, get
+from labkit.formats.spec import COURSE_FORMATS, format_names, get
 from labkit.formats.comparison import loss_scaling_need
 from labkit.table import Table
 
@@ -44,8 +44,10 @@ def dynamic_range(fmt) -> tuple[float, float]:
 
 
 def feature_table(names=("fp32", "fp16", "bf16")) -> Table:
-    """Seed 000's comparison table (features as rows, formats as columns), computed."""
-    fmts = [get(n) for n in format_names(names)]
+    """Seed 000's comparison table (features as rows, formats as columns), computed.
+
+    `names`: one or several formats; None: the six of COURSE_FORMATS."""
+    fmts = [get(n) for n in format_names(names, default=COURSE_FORMATS)]
     def row(label, cell):
         return (label, *(cell(f) for f in fmts))
     def decades(f):
@@ -57,7 +59,7 @@ def feature_table(names=("fp32", "fp16", "bf16")) -> Table:
         row("fraction bits", lambda f: str(f.mantissa_bits)),
         row("max", lambda f: f"{f.max:.6g}" if f.max < 1e6 else f"{f.max:.3g}"),
         row("smallest normal", lambda f: f"{f.smallest_normal:.3g}"),
-        row("smallest subnormal", lambda f: f"{f.smallest_subnormal:.3g}"),
+        row("smallest subnormal", lambda f: f"{f.smallest_subnormal:.3g}" if f.subnormals else "none"),
         row("dynamic range", decades),
         row("precision", lambda f: f"{f.decimal_digits:.1f} decimal digits (eps 2^-{f.mantissa_bits})"),
         row("needs loss scaling?", loss_scaling_need),
@@ -77,7 +79,7 @@ def precision_comparison(names=("fp32", "fp16", "bf16")) -> dict[str, dict[str, 
     '9.18e-41'
     """
     out = {}
-    for name in format_names(names):
+    for name in format_names(names, default=COURSE_FORMATS):
         f = get(name)
         out[f.name.upper()] = {
             "bits": f.bits,
@@ -88,9 +90,17 @@ def precision_comparison(names=("fp32", "fp16", "bf16")) -> dict[str, dict[str, 
             "max": f.max,
             "decimal_digits": round(f.decimal_digits, 1),
             "eps": f.eps,
-            "memory": f"{f.dtype.itemsize} bytes" if f.dtype is not None else "stored as fp32 (4 bytes)",
+            "memory": _memory(f),
         }
     return out
+
+
+def _memory(f) -> str:
+    if f.dtype is None:
+        return "stored as fp32 (4 bytes)"
+    if f.storage_bits != f.bits:  # ml_dtypes' fp4 / fp6: one value per byte
+        return f"{f.dtype.itemsize} byte ({f.bits} bits used; packed: {f.bits / 8:g} byte)"
+    return f"{f.dtype.itemsize} bytes"
 
 
 def _short(x: float) -> str:
@@ -135,9 +145,13 @@ def representation_table(values, fmt) -> Table:
 
 
 def bit_fields(fmt) -> list[str]:
-    """The field of each bit, most significant first: ['sign', 'exponent', ..., 'mantissa']."""
+    """The field of each bit, most significant first: ['sign', 'exponent', ..., 'mantissa'].
+
+    >>> bit_fields("fp4"), bit_fields("e8m0")[:2]   # e8m0 has no sign bit and no mantissa
+    (['sign', 'exponent', 'exponent', 'mantissa'], ['exponent', 'exponent'])
+    """
     f = get(fmt)
-    return ["sign"] + ["exponent"] * f.exponent_bits + ["mantissa"] * f.mantissa_bits
+    return ["sign"] * f.signed + ["exponent"] * f.exponent_bits + ["mantissa"] * f.mantissa_bits
 
 
 def decode_formula(r) -> str:
@@ -148,9 +162,17 @@ def decode_formula(r) -> str:
     '+2^(3 - 7) × 1.625  =  +2^-4 × 1.625'
     >>> decode_formula(lf.represent(1e-6, "fp16"))
     '+2^-14 × 0.0166015625   (subnormal: exponent field 0 means 2^-14 × 0.m)'
+    >>> decode_formula(lf.represent(0.3, "e8m0"))
+    '2^(125 - 127)  =  2^-2   (no sign, no mantissa: a power of two)'
     """
     f = get(r.format)
     sign = "-" if r.sign else "+"
+    if r.kind == "nan" and f.nan_encoding == "negative-zero":
+        return f"sign 1, exponent and mantissa all zeros (the pattern of -0): NaN, {f.name} has no -0"
+    if not f.signed:  # e8m0: the exponent is all there is
+        if r.kind == "nan":
+            return "exponent all ones: NaN"
+        return f"2^({r.exponent} - {f.bias})  =  2^{r.exponent - f.bias}   (no sign, no mantissa: a power of two)"
     if r.kind in ("nan", "inf"):
         what = "NaN" if r.kind == "nan" else f"{sign}inf"
         return f"exponent all ones, mantissa {'≠' if r.kind == 'nan' else '='} 0: {what}"
@@ -175,7 +197,10 @@ def error_summary(r) -> str:
     if "nan" in r.flags or "inf" in r.flags:
         return "input is " + ("NaN" if "nan" in r.flags else "infinite")
     if "overflow" in r.flags:
-        return f"OVERFLOW: {r.input:g} > max {get(r.format).max:g}  →  {r.value}"
+        kept = "  (saturated: the format has no inf and no NaN)" if "saturated" in r.flags else ""
+        return f"OVERFLOW: {r.input:g} > max {get(r.format).max:g}  →  {r.value}{kept}"
+    if "invalid" in r.flags:
+        return f"NO VALUE: {get(r.format).name} has no zero and no sign, so {r.input:g} becomes NaN"
     if "underflow" in r.flags:
         return f"UNDERFLOW: {r.input:g} rounds to 0 (relative error 1)"
     if r.abs_error == 0:

@@ -2,7 +2,7 @@
 
 - `labkit.memory.states`: weights, master weights, gradients and optimizer states per parameter,
   in each layout (`LAYOUTS`) and each labkit.train precision (`PRECISIONS`, through `LAYOUT`);
-  seed 004's analysis next to it.
+  seed 004's analysis next to it; the low-bit optimizers' states tensor by tensor (`optimizer_state_bytes`).
 - `labkit.memory.activations`: what backward keeps, from the model shapes (`labkit.memory.shapes`).
 - `labkit.memory.report`: `MemoryReport`, what every stepper's ``memory()`` returns.
 - `labkit.memory.breakdown`: a step in seven parts, modelled or measured; `labkit.memory.plots`
@@ -18,11 +18,13 @@ from labkit.memory.activations import activation_bytes, activation_elements, wei
 from labkit.memory.breakdown import LABELS, SEGMENTS, Breakdown, measured, modelled, total_bytes
 from labkit.memory.plots import COLORS, batch_figure, difference_table, memory_figure, memory_table
 from labkit.memory.report import MemoryReport
-from labkit.memory.shapes import check_sizes, param_count
-from labkit.memory.states import (LAYOUT, LAYOUTS, OPTIMIZERS, PRECISIONS, layout_of, model_state_bytes,
+from labkit.memory.shapes import check_sizes, param_count, param_shapes
+from labkit.memory.states import (LAYOUT, LAYOUTS, OPTIMIZERS, PRECISIONS, QUANTIZED, TORCH_OPTIMIZERS,
+                                  layout_of, model_state_bytes, optimizer_state_bytes, optimizer_state_table,
                                   seed004_comparison, seed004_memory_analysis)
 
 __all__ = ["COLORS", "LABELS", "LAYOUT", "LAYOUTS", "OPTIMIZERS", "PRECISIONS", "SEGMENTS", "Breakdown", "MemoryReport",
            "activation_bytes", "activation_elements", "batch_figure", "check_sizes", "difference_table", "layout_of",
-           "measured", "memory_figure", "memory_table", "model_state_bytes", "modelled", "param_count", "seed004_comparison",
+           "measured", "memory_figure", "memory_table", "model_state_bytes", "modelled", "optimizer_state_bytes",
+           "optimizer_state_table", "param_count", "param_shapes", "QUANTIZED", "TORCH_OPTIMIZERS", "seed004_comparison",
            "seed004_memory_analysis", "total_bytes", "weight_copy_elements"]

@@ -10,13 +10,15 @@
 Scalers are values (``adjust(finite) -> new scaler``, as jmp does); ``PRESETS`` maps a
 library name to its exact rule; ``simulate`` replays overflow flags; the underflow
 helpers measure what a scale S saves in each format; ``fp8`` reproduces Transformer
-Engine's per-tensor delayed and current scaling; ``seeds`` keeps seed 004's scaler verbatim.
+Engine's per-tensor delayed and current scaling; ``recipes`` sets per-tensor, rowwise
+(torchao) and tile (DeepSeek-V3) FP8 scaling side by side; ``seeds`` keeps seed 004's scaler verbatim.
 """
 
 from labkit.scaling import fp8
 from labkit.scaling.basic import DynamicLossScale, NoOpLossScale, ScalerStopped, StaticLossScale
 from labkit.scaling.deepspeed import DeepSpeedFP16OptimizerScaler, DeepSpeedLossScaler, deepspeed_options
 from labkit.scaling.fp8 import current_scaling, delayed_scaling, fp8_recipe, fp8_table
+from labkit.scaling import recipes
 from labkit.scaling.gradients import GradientRecord, record_gradients
 from labkit.scaling.jax_scalers import JmpLossScale, OptaxApplyIfFinite
 from labkit.scaling.keras_lso import KerasLossScale, TFKerasLossScale, keras_scale_to_zero
@@ -69,6 +71,7 @@ __all__ = [
     "Preset",
     "preset_table",
     "PRESETS",
+    "recipes",
     "record_gradients",
     "safe_range_table",
     "safe_scale_range",

@@ -194,6 +194,14 @@ def delayed_scaling(tensors, fmt="fp8_e4m3", *, amax_history_len: int = 1024, am
     The first step casts with scale 1: there is no history yet. ``window`` is the largest
     of the last ``amax_history_len`` nonzero amaxes, kept here as a sliding maximum (the
     tests check it against the roll above). ``margin``: from 0 to 30.
+
+    The recipe's documented formula (``DelayedScaling``'s notes in
+    ``transformer_engine/common/recipe/__init__.py``, and the Python fallback
+    ``_default_sf_compute`` in ``transformer_engine/pytorch/fp8.py``) is
+    ``(fp8_max / amax) / 2**margin``; the kernel's ``scaled_max / amax`` with ``scaled_max =
+    fp8_max * 2**-margin`` is the same float32 value, since a power of two divides exactly
+    (unless the scale falls below float32's smallest normal). tests/scaling/test_recipes.py
+    checks the formula as written.
     """
     f = _fp8(fmt)
     steps = tensors if isinstance(tensors, _Steps) else _Steps(tensors)

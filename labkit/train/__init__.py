@@ -14,7 +14,7 @@ import importlib
 
 from labkit._validate import choice
 from labkit.train import data, models, report
-from labkit.train.config import DATASETS, FRAMEWORKS, MODELS, PRECISIONS, RunConfig
+from labkit.train.config import DATASETS, FRAMEWORKS, MODELS, PRECISIONS, TORCH_OPTIMIZERS, TORCH_PRECISIONS, RunConfig
 from labkit.train.lessons import GradientError, gradient_error, gradient_error_table, moved_fraction
 from labkit.train.loop import RunFailed, StepOut, train
 from labkit.train.result import RunResult, log_path
@@ -55,5 +55,5 @@ def _make_stepper(config: RunConfig, data):
     return runner(config.framework).make_stepper(config, data)
 
 
-__all__ = ["DATASETS", "FRAMEWORKS", "GradientError", "MODELS", "PRECISIONS", "RunConfig", "RunFailed", "RunResult", "StepOut",
+__all__ = ["DATASETS", "FRAMEWORKS", "GradientError", "MODELS", "PRECISIONS", "RunConfig", "TORCH_OPTIMIZERS", "TORCH_PRECISIONS", "RunFailed", "RunResult", "StepOut",
            "data", "gradient_error", "gradient_error_table", "models", "moved_fraction", "report", "run", "runner"]

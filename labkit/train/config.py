@@ -16,12 +16,31 @@ precision      compute (matmuls, activ.)   weights kept    loss scaling
 ``bf16-pure`` is what ``model.to(torch.bfloat16)`` gives: there is no fp32 copy, so an
 update smaller than half a bf16 ulp of the weight is rounded away.
 
+PyTorch alone, with ``labkit[lowp]`` (torchao), also runs the 8-bit recipes (`TORCH_PRECISIONS`):
+``fp8-tensorwise``, ``fp8-rowwise`` and ``fp8-rowwise-gw-hp`` (torchao's
+``convert_to_float8_training`` with that recipe) and ``mxfp8`` (torchao's MX training, blocks of
+32 with an E8M0 scale). Their linear layers whose sizes are multiples of 16 (MX: 32) run their
+matmuls on fp8 operands (the MLP's 10-wide head stays fp32); the weights stay fp32. On a CPU every
+fp8 matmul is emulated: right in value, not in speed (`labkit.train.torch.fp8`).
+
+The optimizers that make low precision work (`TORCH_OPTIMIZERS`, PyTorch with ``labkit[lowp]``):
+``adam-sr`` (torchao's AdamW with stochastic rounding of bf16 weights), ``adam-kahan``
+(torch-optimi's AdamW with Kahan-compensated summation), ``adam-8bit`` / ``adam-4bit``
+(torchao's AdamW8bit / AdamW4bit: 8- and 4-bit optimizer states) and ``bnb-adam-8bit``
+(bitsandbytes' AdamW8bit). Like ``adam``, none of them decays weights, and all take torch.optim.Adam's
+betas and eps (`labkit.train.torch.optimizers`). Stochastic rounding and Kahan summation act on 16-bit
+weights only, so under ``bf16-pure``; with the fp32 weights of every other precision they are Adam.
+
 >>> RunConfig("torch", "bf16", steps=20).precision
 'bf16'
 >>> RunConfig("torch", "fp8")
 Traceback (most recent call last):
 ...
-ValueError: unknown precision 'fp8'; choose one of 'fp32', 'tf32', 'fp16', 'bf16', 'bf16-pure'
+ValueError: unknown precision 'fp8'; choose one of 'fp32', 'tf32', 'fp16', 'bf16', 'bf16-pure', 'fp8-tensorwise', 'fp8-rowwise', 'fp8-rowwise-gw-hp', 'mxfp8'
+>>> RunConfig("jax", "mxfp8")
+Traceback (most recent call last):
+...
+ValueError: precision 'mxfp8' runs in PyTorch only (torchao); for framework='jax' choose one of 'fp32', 'tf32', 'fp16', 'bf16', 'bf16-pure'
 >>> RunConfig("tf", lr=10**400)
 Traceback (most recent call last):
 ...
@@ -40,8 +59,14 @@ from labkit.memory.shapes import MAX_BATCH_SIZE, MAX_WIDTH, MODELS, transformer_
 
 FRAMEWORKS = ("torch", "jax", "tf")
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "bf16-pure")
+"""The precisions every framework runs."""
+TORCH_PRECISIONS = ("fp8-tensorwise", "fp8-rowwise", "fp8-rowwise-gw-hp", "mxfp8")
+"""PyTorch only, through torchao (``labkit[lowp]``): the fp8 and MX training recipes."""
 DATASETS = ("digits", "synthetic")
 OPTIMIZERS = ("adam", "sgd")
+"""The optimizers every framework runs."""
+TORCH_OPTIMIZERS = ("adam-sr", "adam-kahan", "adam-8bit", "adam-4bit", "bnb-adam-8bit")
+"""PyTorch only, with ``labkit[lowp]`` (torchao, torch-optimi, bitsandbytes): see the module docstring."""
 PARALLEL = ("dp", "fsdp", "zero1", "zero2")
 ZERO_PRECISIONS = ("fp32", "bf16", "fp16")  # what DeepSpeed's engine offers (no tf32 / pure-bf16 mode here)
 REDUCE_DTYPES = ("fp32", "bf16", "fp16")
@@ -72,7 +97,8 @@ class RunConfig:
 
     Args:
       framework: "torch" | "jax" | "tf".
-      precision: "fp32" | "tf32" | "fp16" | "bf16" | "bf16-pure" (see the module docstring).
+      precision: "fp32" | "tf32" | "fp16" | "bf16" | "bf16-pure"; for PyTorch also
+        `TORCH_PRECISIONS` (see the module docstring).
       model: "mlp" (64 -> width -> width -> 10) or "transformer" (the 8x8 digit as a
         sequence of 64 pixel tokens: embedding, LayerNorm, softmax attention, MLP).
       dataset: "digits" (scikit-learn's 8x8 handwritten digits, shipped with the package)
@@ -82,7 +108,8 @@ class RunConfig:
         number > 0 that float32 holds); the same seed gives the same initial weights and
         batch order in every framework.
       device: "auto" (the best accelerator present, else the CPU), "cpu", "cuda"/"gpu", "tpu".
-      optimizer: "adam" (AdamW without weight decay) or "sgd".
+      optimizer: "adam" (AdamW without weight decay) or "sgd"; for PyTorch also
+        `TORCH_OPTIMIZERS` (see the module docstring).
       clip_norm: clip the global gradient norm to this (None: no clipping). Clipping
         happens on the unscaled gradients, as GradScaler's ``unscale_`` order requires.
       width: hidden width of the MLP / model width of the transformer (None: default; at most
@@ -129,10 +156,15 @@ class RunConfig:
     progress: bool = True
 
     def __post_init__(self):
-        for field, allowed in (("framework", FRAMEWORKS), ("precision", PRECISIONS), ("model", MODELS),
-                               ("dataset", DATASETS), ("optimizer", OPTIMIZERS), ("device", DEVICES),
-                               ("parallel", PARALLEL)):
+        for field, allowed in (("framework", FRAMEWORKS), ("precision", PRECISIONS + TORCH_PRECISIONS),
+                               ("model", MODELS), ("dataset", DATASETS), ("optimizer", OPTIMIZERS + TORCH_OPTIMIZERS),
+                               ("device", DEVICES), ("parallel", PARALLEL)):
             choice(field, getattr(self, field), allowed)
+        for field, portable in (("precision", PRECISIONS), ("optimizer", OPTIMIZERS)):
+            value = getattr(self, field)
+            if self.framework != "torch" and value not in portable:
+                raise ValueError(f"{field} {value!r} runs in PyTorch only (torchao); for "
+                                 f"framework={self.framework!r} choose one of {', '.join(map(repr, portable))}")
         if self.reduce_dtype is not None:
             choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         values = {field: integer(field, getattr(self, field), minimum=1) for field in ("steps", "devices")}
@@ -169,6 +201,11 @@ class RunConfig:
         if zero and self.precision not in ZERO_PRECISIONS:
             raise ValueError(f"DeepSpeed's engine runs precision {', '.join(ZERO_PRECISIONS)}; "
                              f"got {self.precision!r}")
+        lowp = [f"{field}={getattr(self, field)!r}" for field, portable in (("precision", PRECISIONS),
+                                                                              ("optimizer", OPTIMIZERS))
+                if getattr(self, field) not in portable]
+        if lowp and self.devices > 1:
+            raise ValueError(f"{' and '.join(lowp)} run on one device here; set devices=1")
         if steps and not (self.precision == "fp16" or (zero and self.precision == "bf16")):
             raise ValueError("inject_overflow needs precision='fp16' (a loss scaler to skip steps), or 'bf16' "
                              "with parallel='zero1'/'zero2' (DeepSpeed's bf16 optimizer also skips on overflow)")

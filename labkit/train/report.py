@@ -21,6 +21,7 @@ import numpy as np
 from labkit._validate import integer, shown
 from labkit.memory import MemoryReport, param_count
 from labkit.table import Table
+from labkit.train.config import TORCH_PRECISIONS
 from labkit.train.result import RunResult
 
 
@@ -62,11 +63,33 @@ def _labels(labels, results) -> list:
     return labels
 
 
+def _emulated(results) -> str:
+    """The title a speed table needs when it holds fp8 / MX runs emulated on a CPU ("" when none does)."""
+    names = []
+    for r in results:
+        fp8 = r.extra.get("fp8") if isinstance(r.extra, dict) else None
+        emulated = fp8.get("emulated") if isinstance(fp8, dict) else r.device.startswith("cpu")
+        if r.config.precision in TORCH_PRECISIONS and emulated and r.config.precision not in names:
+            names.append(r.config.precision)
+    if not names:
+        return ""
+    return f"{', '.join(names)}: emulated on CPU (fp8 values, fp32 matmuls); their step times are not fp8 speed"
+
+
 def run_table(results, labels=None) -> Table:
     """One row per run: status, final loss, accuracy, skipped steps, median step time
     (the first step -- compilation, warm-up -- left out), samples/s, the parameter and
     optimizer-state bytes the framework reported, and model-state bytes per parameter
-    (weights + gradients + optimizer states: 16 for Adam in fp32 and under autocast)."""
+    (weights + gradients + optimizer states: 16 for Adam in fp32 and under autocast).
+
+    fp8 / MX runs on a CPU are emulated (torchao decodes the fp8 values and multiplies in fp32):
+    the table's title then says so, since their step times are not fp8's speed.
+
+    >>> from labkit.train import RunConfig
+    >>> fp8 = RunResult(RunConfig("torch", "mxfp8", steps=2), losses=[2.3, 2.1], step_times=[0.2, 0.1], device="cpu")
+    >>> print(run_table([fp8]).title)
+    mxfp8: emulated on CPU (fp8 values, fp32 matmuls); their step times are not fp8 speed
+    """
     results = _runs(results)
     labels = _labels(labels, results)
     rows = []
@@ -81,7 +104,7 @@ def run_table(results, labels=None) -> Table:
         ))
     cols = ("run", "status", "final loss", "accuracy", "skipped", "median step ms", "samples/s",
             "params KiB", "opt state KiB", "state B/param")
-    return Table(cols, tuple(rows))
+    return Table(cols, tuple(rows), _emulated(results))
 
 
 _STYLES = (("-", 2.6), ("--", 1.8), (":", 2.2), ("-.", 1.4))  # curves that coincide stay visible
@@ -135,7 +158,8 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
     times = [1e3 * r.median_step_time() for r in results]
     bx.barh(labels, [t if math.isfinite(t) else 0 for t in times], color=[f"C{i}" for i in range(len(results))])
     bx.invert_yaxis()
-    bx.set(xlabel="median step time (ms)", title="speed on this machine")
+    bx.set(xlabel="median step time (ms)",
+           title="speed on this machine" + ("\n(fp8 emulated on CPU)" if _emulated(results) else ""))
     finite_t = [t for t in times if math.isfinite(t)]
     if finite_t:
         bx.set_xlim(0, 1.3 * max(finite_t))
@@ -193,7 +217,7 @@ def step_time_table(results: dict) -> Table:
                      str(r.extra.get("comm_bytes_per_step", 0)), f"{1e3 * t:.1f}" if ok else "-",
                      f"{r.config.batch_size / t:.0f}" if ok else "-"))
     cols = ("run", "framework", "devices", "engine", "reduce", "bytes/step", "median step ms", "samples/s")
-    return Table(cols, tuple(rows))
+    return Table(cols, tuple(rows), _emulated(results.values()))
 
 
 _GATHER_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}  # HLO names -> labkit's

@@ -14,6 +14,7 @@ import importlib
 from labkit.widgets.explorer_view import explorer_view
 
 _WIDGETS = {
+    "BlockExplorer": "labkit.widgets.blocks",
     "FormatExplorer": "labkit.widgets.explorer",
     "LossScaleExplorer": "labkit.widgets.scaling",
     "ScalerPlayground": "labkit.widgets.scaling",
@@ -31,6 +32,7 @@ def __dir__():
 
 
 __all__ = [
+    "BlockExplorer",
     "FormatExplorer",
     "LossScaleExplorer",
     "ScalerPlayground",

@@ -41,14 +41,14 @@ import ipywidgets as widgets
 
 from labkit._validate import shown
 from labkit.formats.plots import FIELD_COLORS, FORMAT_COLORS, pale
-from labkit.formats.spec import get
-from labkit.formats.summary import bit_fields, format_names
+from labkit.formats.spec import COURSE_FORMATS, format_names, get
+from labkit.formats.summary import bit_fields
 from labkit.widgets.explorer_view import ExplorerView, FormatRow, explorer_view, flip_bit
 
 SLIDER_RANGE = (-46.0, 39.0)  # log10 |x|: fp32's smallest subnormal (1.4e-45) to past its max
 FLAG_COLORS = {
     "overflow": "#C0392B", "underflow": "#D35400", "subnormal": "#8E44AD", "rounded": "#7F8C8D",
-    "exact": "#27AE60", "nan": "#2C3E50", "inf": "#2C3E50",
+    "exact": "#27AE60", "nan": "#2C3E50", "inf": "#2C3E50", "saturated": "#E67E22", "invalid": "#2C3E50",
 }
 
 
@@ -92,7 +92,7 @@ class _Row:
         self.title = shared.html(
             shared.title,
             f"<div style='line-height:1.3'><b style='color:{FORMAT_COLORS.get(name, '#333')}'>{name}</b>"
-            f"<br><span style='color:#888;font-size:85%'>1+{f.exponent_bits}+{f.mantissa_bits}</span></div>",
+            f"<br><span style='color:#888;font-size:85%'>{f.layout}</span></div>",
         )
         self.buttons = []  # most significant first, as drawn
         for pos, field in enumerate(self.fields):
@@ -148,7 +148,9 @@ class FormatExplorer(widgets.VBox):
 
     Args:
       value: the first entry shown (text as typed, or a number).
-      names: formats to show (default: all of ``labkit.formats.FORMATS``).
+      names: formats to show, one row each (default: the six of ``labkit.formats.COURSE_FORMATS``;
+        any of ``labkit.formats.FORMATS``, e.g. ``list(lf.SUBBYTE_FORMATS)`` for fp4 / fp6 / e8m0 /
+        fnuz: a 4-bit row has 4 bit buttons, e8m0's has no sign bit).
       pattern_format: the format in which a typed bit pattern is read.
 
     Attributes tests and notebooks may use: ``text``, ``pattern_format``, ``slider``,
@@ -157,7 +159,7 @@ class FormatExplorer(widgets.VBox):
     """
 
     def __init__(self, value="0.1", names=None, pattern_format: str = "fp16"):
-        names = format_names(names)
+        names = format_names(names, default=COURSE_FORMATS)
         try:
             pattern_name = get(pattern_format).name
         except ValueError as exc:

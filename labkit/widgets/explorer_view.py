@@ -30,8 +30,8 @@ import numpy as np
 from labkit._validate import integer, shown
 from labkit.formats.bits import split
 from labkit.formats.describe import Representation, represent
-from labkit.formats.spec import FloatFormat, get
-from labkit.formats.summary import bit_fields, decode_formula, error_summary, format_names
+from labkit.formats.spec import COURSE_FORMATS, FloatFormat, format_names, get
+from labkit.formats.summary import bit_fields, decode_formula, error_summary
 from labkit.widgets.parse import Entry, parse_entry
 
 
@@ -141,8 +141,18 @@ def _check_index(fmt, index) -> int:
 
 
 def explorer_view(entry, pattern_format: str | FloatFormat = "fp16", names=None) -> ExplorerView:
-    """The explorer's view of `entry`: text (see `labkit.widgets.parse`) or a real number."""
-    fmts = [get(n) for n in format_names(names)]
+    """The explorer's view of `entry`: text (see `labkit.widgets.parse`) or a real number.
+
+    `names`: the formats shown, one row each; None: the six of ``labkit.formats.COURSE_FORMATS``.
+    Any format of ``labkit.formats.FORMATS`` may be shown, or read patterns in:
+
+    >>> print(explorer_view("0x7", pattern_format="fp4", names=["fp4", "fp6_e2m3", "e8m0"]))
+    0x7 is an fp4_e2m1 bit pattern: 6.0
+    fp4_e2m1  0x7   0 11 1      6.0  [exact]  <- the pattern you gave
+    fp6_e2m3  0x1c  0 11 100    6.0  [exact]
+    e8m0      0x82  10000010    8.0  [rounded]
+    """
+    fmts = [get(n) for n in format_names(names, default=COURSE_FORMATS)]
     try:
         pattern_fmt = get(pattern_format)
     except (TypeError, ValueError) as exc:
@@ -210,12 +220,18 @@ def _num(v: float) -> str:
 def _note(r: Representation, f: FloatFormat, source: bool) -> str:
     if source:
         return "the pattern you gave: the stored value is exactly what these bits say"
+    if "saturated" in r.flags or (f.saturates and "inf" in r.flags):
+        return f"{f.name} has no infinity and no NaN: this saturates to max ({f.max:g})"
+    if "invalid" in r.flags:
+        return f"{f.name} has no sign and no zero (its smallest value is {f.smallest_normal:.3g}): this becomes NaN"
     if not f.has_inf and ("overflow" in r.flags or "inf" in r.flags):
         return f"{f.name} has no infinity: this becomes NaN (max is {f.max:g})"
     if "overflow" in r.flags:
         return f"too large: rounds beyond max ({f.max:g}) and becomes inf"
     if "underflow" in r.flags:
         return f"too small: below half the smallest subnormal ({f.smallest_subnormal / 2:.3g}), rounds to 0"
+    if not f.has_zero and r.value == f.smallest_normal and r.input < f.smallest_normal:
+        return f"{f.name} has no zero: a value below {f.smallest_normal:.3g} becomes {f.smallest_normal:.3g}"
     if "subnormal" in r.flags:
         return (f"subnormal: below the smallest normal ({f.smallest_normal:.3g}), "
                 f"keeps {r.significant_bits} of {f.mantissa_bits + 1} significant bits")

@@ -62,7 +62,8 @@ def test_special_inputs_are_flagged(x, flag):
 
 
 def test_represent_all_covers_every_format_in_order():
-    assert [r.format for r in lf.represent_all(1.0)] == list(lf.FORMATS)
+    assert [r.format for r in lf.represent_all(1.0)] == list(lf.COURSE_FORMATS)  # None: the course's six
+    assert [r.format for r in lf.represent_all(1.0, list(lf.FORMATS))] == list(lf.FORMATS)
     assert [r.format for r in lf.represent_all(1.0, ["bf16", "fp16"])] == ["bf16", "fp16"]
 
 
@@ -79,7 +80,7 @@ def test_represent_rejects_unknown_formats():
 
 def test_comparison_table_is_computed_from_the_formats():
     t = lf.comparison_table()
-    assert t.column("format") == list(lf.FORMATS)
+    assert t.column("format") == list(lf.COURSE_FORMATS)
     assert t.column("max")[2] == "65504"  # fp16: not the "6.55e-5" of seed 003
     assert t.column("smallest subnormal")[2] == "5.96e-08"
     assert t.column("needs loss scaling?")[t.column("format").index("bf16")].startswith("no")
@@ -98,7 +99,9 @@ def test_loss_scaling_need_follows_the_exponent_range():
     assert lf.loss_scaling_need("bf16").startswith("no")
     assert lf.loss_scaling_need("fp16").startswith("usually")
     assert lf.loss_scaling_need("e5m2").startswith("yes")
-    assert [lf.loss_scaling_need(n).split()[0] for n in lf.FORMATS] == ["no", "no", "usually", "no", "yes:", "yes:"]
+    assert [lf.loss_scaling_need(n).split()[0] for n in lf.FORMATS] == ["no", "no", "usually", "no", "yes:", "yes:",
+                                                                         "yes:", "yes:", "yes:", "n/a:", "yes:", "yes:"]
+    assert lf.loss_scaling_need("fp6_e3m2").endswith("per block (MX, NVFP4)")
 
 
 # -- exact_decimal takes any real scalar, exactly (issue 12) -------------------------------------

@@ -39,9 +39,9 @@ def test_figures_are_closed_in_pyplot_so_a_notebook_shows_each_once():
     assert plt.get_fignums() == []
 
 
+@pytest.mark.parametrize("names", [["fp32", "fp16", "bf16", "fp8_e4m3"], list(lf.SUBBYTE_FORMATS)])
 @pytest.mark.parametrize("x", [0.1, -1e-6, 65504.0, 256.0**2, 0.0])
-def test_bit_layout_cells_spell_the_encoded_pattern_in_field_colours(x):
-    names = ["fp32", "fp16", "bf16", "fp8_e4m3"]
+def test_bit_layout_cells_spell_the_encoded_pattern_in_field_colours(x, names):
     fig = plot_bit_layout(x, names)
     drawn = cells(fig)
     assert len(drawn) == sum(lf.get(n).bits for n in names)
@@ -51,7 +51,7 @@ def test_bit_layout_cells_spell_the_encoded_pattern_in_field_colours(x):
         f, r = lf.get(name), lf.represent(x, name)
         pattern = format(r.bits, f"0{f.bits}b")
         assert "".join(digits[start:start + f.bits]) == pattern
-        fields = ["sign"] + ["exponent"] * f.exponent_bits + ["mantissa"] * f.mantissa_bits
+        fields = ["sign"] * f.signed + ["exponent"] * f.exponent_bits + ["mantissa"] * f.mantissa_bits
         for (_, _, color), bit, field in zip(drawn[start:start + f.bits], pattern, fields):
             want = FIELD_COLORS[field] if bit == "1" else pale(FIELD_COLORS[field])
             assert color == to_hex(want).lower()
@@ -200,3 +200,20 @@ def test_figures_refuse_bad_values_naming_the_parameter(call, error, words):
 def test_a_figure_takes_one_format_name():
     fig = plots.plot_values("fp8_e4m3", 1.0, 2.0)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["fp8_e4m3"]
+
+
+def test_bit_layout_shows_the_course_formats_by_default_and_any_format_when_asked():
+    default = [t for t in texts(plot_bit_layout(1.0)) if t in lf.FORMATS]
+    assert default == list(lf.COURSE_FORMATS)
+    fig = plot_bit_layout(100.0, ["fp4", "e8m0"])
+    assert {"fp4_e2m1", "e8m0", "1+2+1", "8+0", "0x7", "0x86"} <= set(texts(fig))
+    assert any("saturated" in t for t in texts(fig))
+
+
+def test_number_line_has_no_underflow_zone_for_e8m0_and_names_saturation_in_its_legend():
+    fig = plot_number_line(["e8m0", "fp4"])
+    top = fig.axes[0]
+    hatched = [p for p in top.patches if isinstance(p, Rectangle) and p.get_hatch() == "////"]
+    assert len(hatched) == 1 and hatched[0].get_y() < 0.5  # only fp4's row (y = 0) has an underflow zone
+    assert "overflow: → inf / NaN / max" in [t.get_text() for t in top.get_legend().get_texts()]
+    assert "overflow: → inf (e4m3: NaN)" in [t.get_text() for t in plot_number_line().axes[0].get_legend().get_texts()]

@@ -72,7 +72,8 @@ def test_bit_fields_cover_every_bit(name):
     f = lf.get(name)
     fields = bit_fields(f)
     assert len(fields) == f.bits and fields.count("exponent") == f.exponent_bits
-    assert fields[0] == "sign" and fields[-1] == "mantissa"
+    assert fields[0] == ("sign" if f.signed else "exponent")
+    assert fields[-1] == ("mantissa" if f.mantissa_bits else "exponent")  # e8m0: exponent bits only
 
 
 @pytest.mark.parametrize("x, name, text", [
@@ -81,6 +82,10 @@ def test_bit_fields_cover_every_bit(name):
     (math.inf, "fp16", "exponent all ones, mantissa = 0: +inf"),
     (math.nan, "fp8_e5m2", "exponent all ones, mantissa ≠ 0: NaN"),
     (2.0**-24, "fp16", "+2^-14 × 0.0009765625   (subnormal: exponent field 0 means 2^-14 × 0.m)"),
+    (0.5, "fp4", "+2^0 × 0.5   (subnormal: exponent field 0 means 2^0 × 0.m)"),
+    (6.0, "fp4", "+2^(3 - 1) × 1.5  =  +2^2 × 1.5"),
+    (math.nan, "e8m0", "exponent all ones: NaN"),
+    (2.0**-127, "e8m0", "2^(0 - 127)  =  2^-127   (no sign, no mantissa: a power of two)"),
 ])
 def test_decode_formula_reads_the_fields(x, name, text):
     assert decode_formula(lf.represent(x, name)) == text
@@ -88,9 +93,12 @@ def test_decode_formula_reads_the_fields(x, name, text):
 
 def test_decode_formula_evaluates_to_the_stored_value():
     for name in lf.FORMATS:
-        r = lf.represent(0.3, name)
-        f = lf.get(name)
-        assert 2.0 ** (r.exponent - f.bias) * (1 + r.mantissa / 2**f.mantissa_bits) == r.value
+        for x in (0.3, 1.7, 5.0):
+            r = lf.represent(x, name)
+            f = lf.get(name)
+            if r.kind == "normal":  # 0.3 is a subnormal of fp4 / fp6_e2m3
+                assert 2.0 ** (r.exponent - f.bias) * (1 + r.mantissa / 2**f.mantissa_bits) == r.value
+                assert f"2^{r.exponent - f.bias}" in decode_formula(r)
 
 
 def test_error_summary_and_short_decimal():

@@ -46,6 +46,7 @@ def sample():
 
 # One way to build each public widget; the test below fails when a widget is added without one.
 FACTORIES = {
+    "BlockExplorer": lambda: labkit.widgets.BlockExplorer(),
     "FormatExplorer": lambda: labkit.widgets.FormatExplorer("0.1"),
     "LossScaleExplorer": lambda: labkit.widgets.LossScaleExplorer(sample(), formats=("fp16",)),
     "ScalerPlayground": lambda: labkit.widgets.ScalerPlayground("torch", pattern="x..x"),

@@ -182,3 +182,30 @@ def test_a_bad_first_value_shows_a_message_not_a_traceback():
     e.bit_button("fp16", 0).click()  # nothing to flip yet: no error
     e.text.value = "1"
     assert e.value_label("fp16").value == "<b><code>1.0</code></b>"
+
+
+# -- the sub-byte formats, on request (issue 16) ------------------------------------------------
+def test_the_default_rows_are_the_course_formats():
+    assert list(FormatExplorer("0.1").rows) == list(lf.COURSE_FORMATS)
+
+
+def test_sub_byte_rows_have_their_own_bits_and_flags():
+    e = FormatExplorer("100", names=["fp8_e4m3", *lf.SUBBYTE_FORMATS])
+    assert list(e.rows) == ["fp8_e4m3", *lf.SUBBYTE_FORMATS]
+    assert flags(e, "fp4") == ["overflow", "saturated"] and "6.0" in e.value_label("fp4").value
+    assert "saturates to max (6)" in e.detail_label("fp4").value
+    assert flags(e, "fp8_e4m3fnuz") == ["rounded"] and "96.0" in e.value_label("fp8_e4m3fnuz").value
+    with pytest.raises(ValueError, match=r"index must be a bit of fp4_e2m1: 0 \.\. 3"):
+        e.bit_button("fp4", 4)
+    top = e.bit_button("e8m0", 7)  # no sign bit: the top bit is an exponent bit
+    assert "labkit-bit-exponent" in top._dom_classes and top.description == "1"
+    e.text.value = "0"
+    assert flags(e, "e8m0") == ["invalid"] and "no sign and no zero" in e.detail_label("e8m0").value
+
+
+def test_clicking_a_bit_of_fp4_reads_the_pattern_in_fp4():
+    e = FormatExplorer("1", names=list(lf.SUBBYTE_FORMATS))
+    e.bit_button("fp4", 0).click()  # 1.0 = 0 01 0 -> 0 01 1 = 1.5
+    assert e.pattern_format.value == "fp4_e2m1" and e.text.value == "0x3"
+    assert e.view.entry.value == 1.5 and e.view.row("fp4").is_source
+    assert "1.5" in e.value_label("fp6_e2m3").value

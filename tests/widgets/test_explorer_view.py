@@ -7,7 +7,8 @@ import pytest
 import labkit.formats as lf
 from labkit.widgets.explorer_view import ExplorerView, explorer_view, flip_bit
 
-ALL = list(lf.FORMATS)
+ALL = list(lf.COURSE_FORMATS)  # what the explorer shows by default
+EVERY = list(lf.FORMATS)
 
 
 def test_a_decimal_is_shown_in_every_format_as_represent_sees_it():
@@ -162,7 +163,7 @@ def test_text_view_lists_every_format():
     ]
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", EVERY)
 def test_flipping_every_bit_twice_gives_back_the_pattern(name):
     f = lf.get(name)
     bits = int(f.encode(0.1))
@@ -199,3 +200,23 @@ def test_view_is_a_value():
     with pytest.raises(AttributeError):
         v.ok = False
     assert v.entry.value == 1.0 and not v.entry.is_pattern
+
+
+def test_every_format_can_be_shown_and_read_patterns_in():
+    v = explorer_view("0x80", pattern_format="fp8_e4m3fnuz", names=EVERY)
+    assert v.ok and [r.format for r in v.rows] == EVERY
+    assert v.message == "0x80 is an fp8_e4m3fnuz bit pattern: nan (not a number)"
+    assert v.row("fp4").flags == ("nan",) and v.row("fp4").value == -0.0  # ml_dtypes: NaN -> -0 in fp4
+    assert [c.field for c in v.row("e8m0").cells] == ["exponent"] * 8
+    assert v.row("e8m0").bitstring == "11111111" and v.row("e8m0").kind == "nan"
+
+
+@pytest.mark.parametrize("entry, name, note", [
+    ("100", "fp4", "fp4_e2m1 has no infinity and no NaN: this saturates to max (6)"),
+    ("inf", "fp6_e3m2", "fp6_e3m2 has no infinity and no NaN: this saturates to max (28)"),
+    ("-1", "e8m0", "e8m0 has no sign and no zero (its smallest value is 5.88e-39): this becomes NaN"),
+    ("1e-60", "e8m0", "e8m0 has no zero: a value below 5.88e-39 becomes 5.88e-39"),
+    ("1000", "fp8_e4m3fnuz", "fp8_e4m3fnuz has no infinity: this becomes NaN (max is 240)"),
+])
+def test_the_note_says_what_the_format_lacks(entry, name, note):
+    assert explorer_view(entry, names=[name]).row(name).note == note

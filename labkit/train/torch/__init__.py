@@ -8,6 +8,15 @@
 * `lessons`: notebook 04's lessons (`dtypes_of`, `autocast_dtypes`, `stalled_updates`,
   `SafeLayerNorm`, `compare_layer_norms`, ...), with the lessons every framework shares
   (`moved_fraction`, `gradient_error_table`) re-exported; `seeds`: seed 004's code, verbatim;
+  `bf16_rescue`: pure bf16 trained by stochastic rounding and Kahan summation, `rescue_checks`
+  its claims (notebook 10);
+* `optimizers`: ``RunConfig(optimizer=...)``'s low-precision optimizers from torchao, torch-optimi and
+  bitsandbytes (`optimizers.make`, `optimizers.state_tensors`);
+* `trace`: the tensors each Linear of the digits MLP really sees while it trains (`trace.capture`,
+  `TensorTrace`), for `labkit.scaling.recipes` (notebook 09); `quiet`: torchao's and bitsandbytes'
+  import without their noise;
+* `fp8`: the fp8 and MX precisions through torchao (`convert`, the `ScaleRecorder` whose scales land
+  in ``RunResult.extra["fp8"]``, `plot_fp8_scales`, `fp8_scale_table`);
 * `distributed`: ``RunConfig(devices >= 2)`` under ``torchrun`` and its tables
   (`collectives_table`, `sharding_table`, `skip_table`); `deepspeed_config`: DeepSpeed's
   config, explained.
@@ -18,20 +27,23 @@
 """
 
 from labkit.train.lessons import GradientError, gradient_error, gradient_error_table, moved_fraction
-from labkit.train.torch import deepspeed_config, distributed
+from labkit.train.torch import deepspeed_config, distributed, fp8, optimizers, quiet, trace
 from labkit.train.torch.devices import check_precision, resolve_device
 from labkit.train.torch.lessons import (
-    SafeLayerNorm, autocast_dtypes, compare_layer_norms, dtypes_of, missing_bias_error, naive_layer_norm,
-    stalled_updates, unbiased_variance_error,
+    SafeLayerNorm, autocast_dtypes, bf16_rescue, compare_layer_norms, dtypes_of, missing_bias_error, naive_layer_norm,
+    rescue_checks, stalled_updates, unbiased_variance_error,
 )
 from labkit.train.torch.models import build, module_params, torch_name
 from labkit.train.torch.seeds import SeedSafeLayerNorm
 from labkit.train.torch.engine import Engine
+from labkit.train.torch.fp8 import fp8_scale_table, plot_fp8_scales
 from labkit.train.torch.stepper import TorchStepper, make_stepper
+from labkit.train.torch.trace import TensorTrace
 
 __all__ = [
-    "Engine", "GradientError", "SafeLayerNorm", "SeedSafeLayerNorm", "TorchStepper", "autocast_dtypes", "build",
-    "check_precision", "compare_layer_norms", "deepspeed_config", "distributed", "dtypes_of", "gradient_error",
-    "gradient_error_table", "make_stepper", "missing_bias_error", "module_params", "moved_fraction",
-    "naive_layer_norm", "resolve_device", "stalled_updates", "torch_name", "unbiased_variance_error",
+    "Engine", "GradientError", "SafeLayerNorm", "SeedSafeLayerNorm", "TensorTrace", "TorchStepper", "autocast_dtypes",
+    "bf16_rescue", "build", "check_precision", "compare_layer_norms", "deepspeed_config", "distributed", "dtypes_of",
+    "fp8", "fp8_scale_table", "gradient_error", "gradient_error_table", "make_stepper", "missing_bias_error",
+    "module_params", "moved_fraction", "naive_layer_norm", "optimizers", "plot_fp8_scales", "quiet", "rescue_checks",
+    "resolve_device", "stalled_updates", "torch_name", "trace", "unbiased_variance_error",
 ]

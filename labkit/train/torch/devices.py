@@ -11,6 +11,7 @@ import importlib.util
 import torch
 
 from labkit.hardware import detect_cpu
+from labkit.train.config import TORCH_PRECISIONS
 
 
 def resolve_device(requested: str) -> tuple[torch.device, str]:
@@ -46,7 +47,34 @@ def resolve_device(requested: str) -> tuple[torch.device, str]:
 
 
 def check_precision(precision: str, device: torch.device) -> None:
-    """Raise ValueError if `precision` cannot run natively on `device`."""
+    """Raise ValueError if `precision` cannot run natively on `device`.
+
+    The fp8 and MX precisions (`TORCH_PRECISIONS`) train through torchao: an ImportError naming
+    ``pip install 'labkit[lowp]'`` if it is missing. They run on a CUDA GPU with fp8 tensor cores
+    (compute capability >= 8.9, Ada / Hopper; MX: >= 10.0, Blackwell) and, emulated, on a CPU: fp8
+    values multiplied in fp32, right in value, not in speed (`labkit.train.torch.fp8`). A GPU without
+    them is refused rather than emulated, so that its step times are never read as fp8's.
+
+    >>> check_precision("mxfp8", torch.device("xla"))
+    Traceback (most recent call last):
+    ...
+    ValueError: mxfp8 trains through torchao on a CUDA GPU with fp8 tensor cores, or emulated on the CPU (device='cpu'); not on xla
+    """
+    if precision in TORCH_PRECISIONS:
+        from labkit.train.torch.fp8 import import_torchao
+
+        import_torchao()  # the ImportError with the install hint, before anything is built
+        if device.type == "cuda":
+            need, kind = ((10, 0), "MX tensor cores (compute capability >= 10.0, Blackwell)") if precision == "mxfp8" \
+                else ((8, 9), "fp8 tensor cores (compute capability >= 8.9: Ada, Hopper, Blackwell)")
+            major, minor = torch.cuda.get_device_capability(device)
+            if (major, minor) < need:
+                raise ValueError(f"{precision} needs a GPU with {kind}; {torch.cuda.get_device_name(device)} is "
+                                 f"{major}.{minor}. Run it emulated on device='cpu', or choose precision='bf16'")
+        elif device.type != "cpu":
+            raise ValueError(f"{precision} trains through torchao on a CUDA GPU with fp8 tensor cores, or emulated "
+                             f"on the CPU (device='cpu'); not on {device.type}")
+        return
     if device.type == "cuda" and precision in ("bf16", "bf16-pure"):
         if not torch.cuda.is_bf16_supported(including_emulation=False):
             major, minor = torch.cuda.get_device_capability(device)

@@ -26,12 +26,18 @@ if TYPE_CHECKING:
 
 
 def make_optimizer(config: RunConfig, parameters, fused: bool) -> torch.optim.Optimizer:
-    """Adam without weight decay, or SGD, at ``config.lr``.
+    """Adam without weight decay, or SGD, at ``config.lr``; the `TORCH_OPTIMIZERS` (``adam-sr``,
+    ``adam-8bit`` ...) from their libraries (`labkit.train.torch.optimizers.make`, imported only
+    for them: an ImportError naming ``labkit[lowp]`` if the library is missing).
 
     The fused Adam kernel updates every tensor in one pass: on this course's 2-core CPU it cut
     Adam's step for the 4.3M-parameter MLP from 11.7 ms to 1.4 ms, which is what lets bf16's
     faster matmuls show in the step time (2.4x -> 3.3x over fp32).
     """
+    if config.optimizer not in ("adam", "sgd"):
+        from labkit.train.torch import optimizers  # torchao / optimi / bitsandbytes only when asked for
+
+        return optimizers.make(config.optimizer, parameters, config.lr, seed=config.seed)
     parameters = list(parameters)
     if config.optimizer == "adam":
         return torch.optim.Adam(parameters, lr=config.lr, weight_decay=0.0, fused=fused)
@@ -73,11 +79,17 @@ class Engine:
         stepper.scaler = make_scaler(stepper.config, device.type)
 
     def place(self, stepper: "TorchStepper", model: torch.nn.Module) -> torch.nn.Module:
-        """`model` on the stepper's device, in bf16 for pure bf16; the inputs' dtype to match."""
+        """`model` on the stepper's device, in bf16 for pure bf16; the inputs' dtype to match; for the
+        fp8 / MX precisions, its linear layers swapped for torchao's (`labkit.train.torch.fp8.convert`)
+        and a `ScaleRecorder` on ``stepper.fp8``."""
+        from labkit.train.torch import fp8
+
         model = model.to(stepper.torch_device)
         if stepper.pure:
             model.to(torch.bfloat16)  # pure bf16: no fp32 copy of anything
         stepper.input_dtype = torch.bfloat16 if stepper.pure else None
+        if stepper.config.precision in fp8.RECIPES:  # before the optimizer: the same fp32 Parameters, swapped layers
+            stepper.fp8 = fp8.ScaleRecorder(model, fp8.convert(model, stepper.config.precision, stepper.torch_device))
         return model
 
     def batch(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

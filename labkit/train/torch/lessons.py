@@ -4,7 +4,9 @@
   the output dtypes of real calls on this device, as a table (`autocast_dtypes`: the same as a
   dict, which notebooks 02 and 04 print line by line);
 * `stalled_updates` -- pure bf16 (``model.to(torch.bfloat16)``) rounds small updates
-  away; autocast with fp32 master weights keeps them;
+  away; autocast with fp32 master weights keeps them; `bf16_rescue` -- stochastic rounding
+  (``adam-sr``) and Kahan summation (``adam-kahan``) make pure bf16 train (notebook 10), with
+  its claims checked on this machine by `rescue_checks`;
 * `SafeLayerNorm` (seed 004's idea, corrected) next to `labkit.train.torch.seeds.SeedSafeLayerNorm`
   (the seed's code) and `compare_layer_norms`, which shows where a LayerNorm really breaks in fp16;
   `unbiased_variance_error` gives the size of the seed's ``x.var()`` mistake per width
@@ -147,6 +149,96 @@ def stalled_updates(steps: int = 50, weight: float = 1.0, update: float = 1e-3) 
             trace.append(float(layer.weight.detach()))
         weights[mode] = np.array(trace)
     return StalledUpdates(float(weight), float(update), weights)
+
+
+# -- pure bf16 rescued by the optimizer ------------------------------------------------
+RESCUES = (("bf16", "adam"), ("bf16-pure", "adam"), ("bf16-pure", "adam-sr"), ("bf16-pure", "adam-kahan"))
+"""`bf16_rescue`'s runs, as (precision, optimizer): fp32 master weights, then pure bf16 without and with a fix."""
+
+
+def bf16_rescue(steps: int = 50, lr: float = 1e-4, width: int | None = None, seed: int = 0) -> Table:
+    """Pure bf16 stalls; stochastic rounding and Kahan summation make it train (`RESCUES`).
+
+    The same MLP on the digits, the same batches, Adam at `lr` for `steps` steps, four ways:
+    ``bf16`` (autocast: fp32 master weights), and ``bf16-pure`` (``model.to(torch.bfloat16)``)
+    with plain ``adam``, ``adam-sr`` and ``adam-kahan`` (`labkit.train.torch.optimizers`). Adam's
+    update is about `lr` per entry, and at lr 1e-4 that is under half a bf16 spacing for every
+    weight above 2**-5 = 0.031 in size (the spacing there is 2**-12): rounded to nearest, most
+    updates are rounded away (`stalled_updates` shows one weight). Stochastic rounding keeps them
+    on average, Kahan summation keeps what was lost in a buffer and adds it back.
+
+    Per run: the share of each kernel's entries that moved at all (`labkit.train.moved_fraction`,
+    the same measure in every framework; in the first layer some inputs are always 0 in the
+    digits, so even fp32 master weights do not move all of it), then the mean loss of the last
+    5 steps and the test accuracy of a `labkit.train.run` of the same config. Everything is
+    measured here; nothing is stored. Each run takes a few seconds on a CPU (torchao,
+    torch-optimi: ``labkit[lowp]``).
+
+    >>> t = bf16_rescue(steps=3)                                        # doctest: +SKIP
+    >>> t.columns[:3]                                                   # doctest: +SKIP
+    ('precision', 'optimizer', 'weights updated in')
+    """
+    from labkit.memory.shapes import param_shapes
+    from labkit.train import RunConfig, moved_fraction, run
+
+    steps = integer("steps", steps, minimum=1, maximum=10_000)
+    kernels = [name for name, _ in param_shapes("mlp", width) if name.endswith("/kernel")]
+    rows = []
+    for precision, optimizer in RESCUES:
+        config = RunConfig("torch", precision, steps=steps, lr=lr, width=width, seed=seed, optimizer=optimizer,
+                           device="cpu", progress=False)
+        moved = moved_fraction(config, steps=steps, names=kernels)
+        res = run(config)
+        tail = res.losses[-5:]
+        accuracy = res.metric["value"] if res.metric else math.nan
+        rows.append((precision, optimizer, "bf16" if precision == "bf16-pure" else "fp32 (master)",
+                     *(f"{moved[k]:.1%}" for k in kernels), f"{sum(tail) / len(tail):.3f}", f"{accuracy:.1%}"))
+    return Table(("precision", "optimizer", "weights updated in", *(f"{k} moved" for k in kernels),
+                  "loss (last 5 steps)", "test accuracy"), tuple(rows),
+                 title=f"Adam at lr {lr:g}, {steps} steps: which weights moved, and how far training got")
+
+
+def rescue_checks(table: Table):
+    """The claims of `bf16_rescue` checked on its `table` (a `labkit.checks.Report`, one line each):
+    plain pure bf16 moves under half of what fp32 master weights move, in every kernel; stochastic
+    rounding and Kahan summation each move at least twice what it moves; with either, pure bf16
+    ends within 2% of bf16 autocast's loss, and without, at least 5% above it (this last one needs
+    enough steps for the stall to cost loss: the default 50 at lr 1e-4).
+
+    >>> t = Table(("precision", "optimizer", "w moved", "loss (last 5 steps)"),
+    ...           (("bf16", "adam", "90.0%", "1.90"), ("bf16-pure", "adam", "20.0%", "2.20"),
+    ...            ("bf16-pure", "adam-sr", "80.0%", "1.91"), ("bf16-pure", "adam-kahan", "85.0%", "1.90")))
+    >>> print(rescue_checks(t))  # doctest: +NORMALIZE_WHITESPACE
+    ✓ plain pure bf16 moves at most 0.5x the entries fp32 master weights move, in every kernel  (here: 0.222x)
+    ✓ stochastic rounding (adam-sr) moves at least 2x the entries plain pure bf16 moves, in every kernel  (here: 4x)
+    ✓ Kahan summation (adam-kahan) moves at least 2x the entries plain pure bf16 moves, in every kernel  (here: 4.25x)
+    ✓ with adam-sr, pure bf16 ends within 2% of bf16 autocast's loss  (here: 1.91 vs 1.9)
+    ✓ with adam-kahan, pure bf16 ends within 2% of bf16 autocast's loss  (here: 1.9 vs 1.9)
+    ✓ plain pure bf16 ends at least 1.05x bf16 autocast's loss  (here: 1.16x)
+    """
+    from labkit import checks
+
+    if not isinstance(table, Table) or not {"precision", "optimizer", "loss (last 5 steps)"} <= set(table.columns):
+        raise TypeError(f"table must be bf16_rescue's Table; got {type(table).__name__}")
+    rows = {(r[0], r[1]): dict(zip(table.columns, r)) for r in table.rows}
+    if set(rows) != set(RESCUES):
+        raise ValueError(f"table must hold bf16_rescue's four runs {RESCUES}; it holds {sorted(rows)}")
+    moved_cols = [c for c in table.columns if c.endswith(" moved")]
+    moved = {k: [float(r[c].rstrip("%")) / 100 for c in moved_cols] for k, r in rows.items()}
+    loss = {k: float(r["loss (last 5 steps)"]) for k, r in rows.items()}
+    master, pure = moved[RESCUES[0]], moved[RESCUES[1]]
+    ratio = lambda a, b: min(x / y if y else math.inf for x, y in zip(a, b))  # noqa: E731
+    out = [checks.at_most("plain pure bf16 moves at most 0.5x the entries fp32 master weights move, in every kernel",
+                          max(p / m if m else math.inf for p, m in zip(pure, master)), 0.5, unit="x")]
+    for key, name in ((RESCUES[2], "stochastic rounding (adam-sr)"), (RESCUES[3], "Kahan summation (adam-kahan)")):
+        out.append(checks.at_least(f"{name} moves at least 2x the entries plain pure bf16 moves, in every kernel",
+                                   ratio(moved[key], pure), 2.0, unit="x"))
+    for key in RESCUES[2:]:
+        out.append(checks.close(f"with {key[1]}, pure bf16 ends within 2% of bf16 autocast's loss", loss[key],
+                                loss[RESCUES[0]], rel=0.02))
+    out.append(checks.at_least("plain pure bf16 ends at least 1.05x bf16 autocast's loss",
+                               loss[RESCUES[1]] / loss[RESCUES[0]], 1.05, unit="x"))
+    return checks.report(*out)
 
 
 # -- LayerNorm in low precision ---------------------------------------------------------

@@ -42,7 +42,9 @@ def measure_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer, bat
     `batch` None (no step has run) leaves the two saved figures out.
     """
     params = list(model.parameters())
-    state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    from labkit.train.torch.optimizers import state_tensors  # torchao's 8/4-bit states: their inner tensors
+
+    state = state_tensors(optimizer)
     out = {
         "parameter_bytes": storage_bytes(params),
         "gradient_bytes": storage_bytes(p.grad for p in params if p.grad is not None),

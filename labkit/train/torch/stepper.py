@@ -15,6 +15,9 @@ Each precision is a few lines of standard PyTorch (compare nanoGPT's ``train.py`
                loss.backward(); clip; opt.step()                 # fp32 weights, no scaler
     bf16-pure  model.to(torch.bfloat16); inputs in bf16; the optimizer over bf16 weights
                (Adam's moments are bf16 too); the logits go to fp32 for the loss only.
+    fp8-*,     the model's nn.Linear layers swapped for torchao's Float8Linear / MXFP8Linear
+    mxfp8      (`labkit.train.torch.fp8.convert`); fp32 weights, no autocast; each step's scales
+               recorded (`labkit.train.torch.fp8.ScaleRecorder`) into RunResult.extra["fp8"].
 
 Autocast keeps the weights in fp32 and casts them to fp16/bf16 on the fly for the ops on
 its lower-precision list (``linear``, ``matmul``, ...): the fp32 weights *are* the master
@@ -57,16 +60,20 @@ import torch.nn.functional as F
 
 from labkit.memory import MemoryReport
 from labkit.train import models
-from labkit.train.config import RunConfig
+from labkit.train.config import TORCH_PRECISIONS, RunConfig
 from labkit.train.data import Dataset
 from labkit.train.loop import StepOut
+from labkit.train.torch import fp8
 from labkit.train.torch.devices import check_precision, resolve_device, xla_model
 from labkit.train.torch.engine import Engine, local
 from labkit.train.torch.memory import measure_memory
 from labkit.train.torch.models import build, module_params
 
 COMPUTE_DTYPES = {"fp32": None, "tf32": None, "fp16": torch.float16, "bf16": torch.bfloat16,
-                  "bf16-pure": torch.bfloat16}
+                  "bf16-pure": torch.bfloat16,
+                  # torchao's fp8 / MX layers cast their own operands; the rest of the model runs in fp32,
+                  # without autocast (labkit.train.torch.fp8 says why)
+                  "fp8-tensorwise": None, "fp8-rowwise": None, "fp8-rowwise-gw-hp": None, "mxfp8": None}
 
 
 def make_stepper(config: RunConfig, data: Dataset) -> "TorchStepper":
@@ -77,6 +84,10 @@ def make_stepper(config: RunConfig, data: Dataset) -> "TorchStepper":
         raise ValueError(f"the torch runner runs framework='torch', got {config.framework!r}")
     device, description = resolve_device(config.device)
     check_precision(config.precision, device)
+    if config.precision in TORCH_PRECISIONS:
+        fp8.check_sizes(config, device)
+        if device.type == "cpu":
+            description += "; fp8 emulated on CPU by torchao (fp8 values, fp32 matmuls): right in value, not in speed"
     return TorchStepper(config, data, device, description)
 
 
@@ -150,6 +161,7 @@ class TorchStepper:
         self.engine = engine if engine is not None else Engine()
         self.compute_dtype = COMPUTE_DTYPES[config.precision]
         self.pure = config.precision == "bf16-pure"
+        self.fp8: fp8.ScaleRecorder | None = None  # an fp8 / MX run's scales (Engine.place converts the model)
         params = models.init_params(config.model, seed=config.seed, width=config.width)
         self.engine.setup(self, build(config.model, params))
         self.steps = 0  # steps taken
@@ -215,7 +227,8 @@ class TorchStepper:
             xb, yb = self._inputs(*self.engine.batch(x, y))
             self._last_batch = (xb, yb)
             handles = self.engine.hooks(self, inject_overflow)
-            with self.engine.recording(self):
+            scales = self.fp8.recording() if self.fp8 is not None else contextlib.nullcontext()
+            with self.engine.recording(self), scales:
                 self.engine.zero_grad(self)
                 loss = self._loss(xb, yb)
                 norm, scale, skipped = self.engine.update(self, loss, inject_overflow, handles)
@@ -271,8 +284,12 @@ class TorchStepper:
         return module_params(self.model)
 
     def extra(self) -> dict:
-        """What the run adds to RunResult.extra (a per-process run: collectives, sharding, ranks)."""
-        return self.engine.extra(self)
+        """What the run adds to RunResult.extra (a per-process run: collectives, sharding, ranks;
+        an fp8 / MX run: ``"fp8"``, the scales its casts used, `labkit.train.torch.fp8.ScaleRecorder`)."""
+        extra = dict(self.engine.extra(self))
+        if self.fp8 is not None:
+            extra["fp8"] = self.fp8.to_dict()
+        return extra
 
     def memory(self) -> MemoryReport:
         """Bytes measured from the real tensors (`labkit.train.torch.memory.measure_memory`)."""

@@ -1,0 +1,270 @@
+"""labkit.exercises: keys computed from the real libraries, hints that fire and never leak the key, bad input refused."""
+
+import math
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from labkit import exercises as ex
+from labkit.exercises import EXERCISES, Feedback, check, exercises, show
+
+NOTEBOOKS = ("00", "01", "02", "03", "04", "05", "06", "09", "10")
+
+
+def _key_texts(key):
+    """How a key could appear in a message (scalar keys only)."""
+    if isinstance(key, bool):
+        return []
+    if isinstance(key, (int, float)):
+        return [f"{key:g}", repr(float(key))] if math.isfinite(key) else ["inf"]
+    return []
+
+
+# (exercise, wrong answer, words its hint must contain)
+WRONG = [
+    ("bf16_of_257", 257, "9"), ("bf16_of_257", 258, "round-half-up"), ("bf16_of_257", 259, "not a bf16 value"),
+    ("fp16_of_65519_9", math.inf, "below that threshold"), ("fp16_of_65519_9", 65536.0, "above fp16's largest"),
+    ("fp16_of_65520", 65504.0, "even mantissa"), ("fp16_of_65520", math.nan, "never turns"),
+    ("e4m3_values_in_1_2", 16, "3"), ("e4m3_values_in_1_2", 7, "includes 1.0"), ("e4m3_values_in_1_2", 9, "2.0"),
+    ("fp16_smallest_subnormal", 6.1e-5, "normal"), ("fp16_smallest_subnormal", 2.98e-8, "threshold"),
+    ("fp16_smallest_subnormal", 1.4e-45, "fp32"), ("fp16_underflows_1e_8", False, "2^-25"),
+    ("fp16_of_5e_8", 0.0, "up"), ("fp16_of_5e_8", 5e-8, "multiples"),
+    ("loss_scale_for_sample", 3e5, "power of two"), ("loss_scale_for_sample", 2.0**16, "common default"),
+    ("loss_scale_for_sample", 2.0**30, "overflow"), ("loss_scale_for_sample", 2.0**18, "Scale up"),
+    ("gradscaler_after_2_overflows", 2.0**16, "halves"), ("gradscaler_after_2_overflows", 2.0**14, "doubles"),
+    ("bf16_update_1e_3", 1.001, "2^-7"), ("bf16_update_1e_3", 1.0078125, "half the gap"),
+    ("precision_for_t4", "bf16", "Turing"), ("precision_for_t4", "fp16", "loss scaling"),
+    ("precision_for_t4", "fp8", "Ada"), ("precision_for_a100", "fp16 + loss scaling", "exponent range"),
+    ("precision_for_a100", "fp32", "Tensor Cores"), ("precision_for_v100", "bf16", "Volta"),
+    ("amp_step_order", ["backward", "clip", "unscale_", "step", "update"], "clips the *scaled* gradients"),
+    ("amp_step_order", ["backward", "unscale_", "clip", "update", "step"], "update() before step()"),
+    ("amp_step_order", ["backward", "unscale_", "clip", "step"], "never moves"),
+    ("amp_step_order", ["backward", "step", "unscale_", "clip", "update"], "after step()"),
+    ("amp_step_order", ["backward", "unscale_", "step", "clip", "update"], "already used"),
+    ("bf16_needs_grad_scaler", True, "exponent"),
+    ("mxfp8_floor_500", 500.0, "below 500"), ("mxfp8_floor_500", math.nan, "clamp"), ("mxfp8_floor_500", 512.0, "RCEIL"),
+    ("mxfp8_floor_500", 480.0, "NaN"),
+    ("adam_state_bytes_fp32", 4.0, "two states"), ("adam_state_bytes_fp32", 16.0, "only"),
+    ("keras_lso_initial_scale", 2.0**16, "GradScaler"), ("keras_lso_initial_scale", 1.0, "no scaling"),
+    ("e2m1_values", 16, "once"), ("e2m1_values", 8, "negative"),
+    ("adam_state_bytes_8bit", 2, "block scales"), ("adam_state_bytes_8bit", 2.015625, "own blocks"),
+]
+
+
+@pytest.mark.parametrize("exercise_id, answer, words", WRONG, ids=[f"{e}-{a}" for e, a, _ in WRONG])
+def test_a_wrong_answer_gets_the_hint_for_its_misconception_and_not_the_key(exercise_id, answer, words):
+    fb = check(exercise_id, answer)
+    assert isinstance(fb, Feedback) and not fb.correct and not fb
+    assert words in fb.message
+    exercise = EXERCISES[exercise_id]
+    for text in _key_texts(exercise.solve()):  # a number the question itself states may be said again
+        assert text not in fb.message or text in exercise.question, f"the message prints the key {text}"
+
+
+def test_the_keys_agree_with_ml_dtypes_and_numpy():
+    bf16 = lambda x: float(np.float64(x).astype(ml_dtypes.bfloat16))  # noqa: E731
+    with np.errstate(over="ignore"):
+        assert EXERCISES["fp16_of_65520"].solve() == float(np.float16(65520.0)) == math.inf
+    assert EXERCISES["bf16_of_257"].solve() == bf16(257.0) == 256.0
+    assert EXERCISES["fp16_of_65519_9"].solve() == float(np.float16(65519.9)) == float(np.finfo(np.float16).max)
+    assert EXERCISES["fp16_smallest_subnormal"].solve() == float(np.finfo(np.float16).smallest_subnormal)
+    assert EXERCISES["fp16_underflows_1e_8"].solve() is (float(np.float16(1e-8)) == 0.0)
+    assert EXERCISES["bf16_update_1e_3"].solve() == bf16(1.0 + 1e-3)
+    e4m3 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(float)
+    assert EXERCISES["e4m3_values_in_1_2"].solve() == np.count_nonzero((e4m3 >= 1) & (e4m3 < 2))
+    assert not EXERCISES["bf16_needs_grad_scaler"].solve()
+    e2m1 = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn).astype(float)
+    assert EXERCISES["e2m1_values"].solve() == len(np.unique(e2m1)) == 15  # np.unique: -0.0 == 0.0
+
+
+def test_keras_exercise_matches_keras_loss_scale_optimizers_source():
+    # read, not imported: importing keras takes 20 s on two cores
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("keras")
+    if spec is None:
+        pytest.skip("keras is not installed")
+    source = (Path(spec.origin).parent / "src" / "optimizers" / "loss_scale_optimizer.py").read_text()
+    default = eval(re.search(r"initial_scale=([0-9.*]+),", source).group(1))  # "2.0**15"
+    assert check("keras_lso_initial_scale", default)
+
+
+def test_every_exercise_accepts_its_own_key_and_says_why():
+    for exercise_id, exercise in EXERCISES.items():
+        key = exercise.solve()
+        if exercise.kind == "precision":
+            answers = sorted(key)
+        elif exercise_id == "loss_scale_for_sample":
+            lo, hi = key[:2]
+            answers = [2.0**e for e in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1)]
+        else:
+            answers = [list(key) if exercise.kind == "calls" else key]
+        assert answers, exercise_id
+        for answer in answers:
+            fb = check(exercise_id, answer)
+            assert fb.correct and fb.message and str(fb).startswith("✓"), (exercise_id, answer)
+
+
+def test_numbers_within_the_stated_tolerance_are_right_and_outside_it_wrong():
+    assert check("fp16_smallest_subnormal", 5.96e-8)
+    assert check("fp16_smallest_subnormal", 6e-8)
+    assert not check("fp16_smallest_subnormal", 6.2e-8)
+    assert check("adam_state_bytes_8bit", 2.031)
+
+
+def test_the_loss_scale_range_follows_the_sample():
+    g = np.abs(ex.gradient_sample()).astype(np.float64)
+    assert np.array_equal(ex.gradient_sample(), ex.gradient_sample())  # deterministic
+    ok = [e for e in range(40) if g.max() * 2.0**e <= 65504 and g.min() * 2.0**e >= 2.0**-14]
+    assert len(ok) >= 2
+    assert [e for e in range(40) if check("loss_scale_for_sample", 2.0**e)] == ok
+
+
+def test_precision_keys_come_from_labkit_hardware():
+    from labkit import hardware
+
+    for gpu in ("T4", "A100", "V100", "H100"):
+        headline = hardware.advise(hardware.example_report(gpu)).headline
+        assert check(f"precision_for_{gpu.lower()}", headline)
+        fp8 = "fp8" in hardware.example_report(gpu).gpus[0].tensor_core_dtypes
+        assert bool(check(f"precision_for_{gpu.lower()}", "fp8")) is fp8
+    assert check("precision_for_t4", "FP16 with loss scaling") and check("precision_for_a100", " bfloat16 ")
+
+
+def test_gradscaler_exercise_matches_a_real_torch_gradscaler():
+    torch = pytest.importorskip("torch")
+    # GradScaler.update() runs this kernel (torch/amp/grad_scaler.py): call it directly, 2002 backward passes
+    # through a real GradScaler take 14 s on two cores.
+    scale, tracker = torch.full((1,), 2.0**16), torch.zeros(1, dtype=torch.int32)
+    for step in range(2002):
+        torch._amp_update_scale_(scale, tracker, torch.full((1,), float(step < 2)), 2.0, 0.5, 2000)
+    assert torch.amp.GradScaler("cpu").get_growth_interval() == 2000
+    assert check("gradscaler_after_2_overflows", float(scale))
+    assert not check("gradscaler_after_2_overflows", float(scale) * 2)
+
+
+def _run_amp_order(torch, order):
+    """One step of `order` with a real torch.amp.GradScaler: the update it made, or the error it raised."""
+    g = torch.tensor([0.3, 0.4])  # norm 0.5, clipped to max_norm=0.25: clipping changes the update
+    w = torch.nn.Parameter(torch.zeros(2))
+    opt = torch.optim.SGD([w], lr=1.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    calls = {"scaler.scale(loss).backward()": lambda: scaler.scale((w * g).sum()).backward(),
+             "scaler.unscale_(opt)": lambda: scaler.unscale_(opt),
+             "clip": lambda: torch.nn.utils.clip_grad_norm_([w], max_norm=0.25),
+             "scaler.step(opt)": lambda: scaler.step(opt), "scaler.update()": lambda: scaler.update()}
+    try:
+        for _ in range(2):  # two iterations: a missing update() shows in the second
+            opt.zero_grad()
+            for name in order:
+                calls[name]()
+    except (RuntimeError, AssertionError) as e:
+        return str(e)
+    return w.detach().clone()
+
+
+def test_amp_order_verdicts_match_what_a_real_gradscaler_does():
+    torch = pytest.importorskip("torch")
+    right = _run_amp_order(torch, ex.AMP_ORDER)
+    assert torch.allclose(right, torch.tensor([-0.3, -0.4]))  # two SGD steps on the true gradient, clipped to half
+    import itertools
+
+    orders = [[ex.AMP_ORDER[0], *p] for p in itertools.permutations(ex.AMP_ORDER[1:])] + [  # backward first
+        [*p] for p in itertools.permutations(ex.AMP_ORDER[:3])] + [
+        [n for n in ex.AMP_ORDER if n != drop] for drop in ex.AMP_ORDER[1:]]
+    for order in orders:
+        outcome = _run_amp_order(torch, order)
+        same = not isinstance(outcome, str) and torch.allclose(outcome, right)
+        fb = check("amp_step_order", order)
+        if fb.correct:
+            assert same, (order, outcome)
+        elif "clip" in order:  # an order judged wrong really breaks the step (raises, or updates differently)
+            assert not same, (order, fb.message)
+        quoted = fb.message.split("RuntimeError ('")[1].split("')")[0] if "RuntimeError ('" in fb.message else None
+        if quoted:  # a hint that quotes torch's error: torch raises it for this order
+            assert isinstance(outcome, str) and quoted in outcome, (order, outcome, quoted)
+
+
+def test_mx_dequantize_matches_torchao_to_mx():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchao")
+    from labkit.train.torch.quiet import quiet_import
+
+    with quiet_import():
+        from torchao.prototype.mx_formats.mx_tensor import ScaleCalculationMode, to_mx
+    block = torch.tensor([500.0, 300.0, 1.0, -77.0, 0.01] + [2.0] * 27)
+    for mode in ("floor", "rceil"):
+        scale, data = to_mx(block, torch.float8_e4m3fn, 32, getattr(ScaleCalculationMode, mode.upper()))
+        theirs = data.float() * 2.0 ** (scale.view(torch.uint8).float() - 127)
+        ours = [ex.mx_dequantize(float(x), 500.0, mode) for x in block]
+        assert theirs.flatten().tolist() == ours, mode
+    assert check("mxfp8_floor_500", ex.mx_dequantize(500.0, 500.0))
+
+
+def test_8bit_adam_state_bytes_match_torchao():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchao")
+    from labkit.train.torch.quiet import quiet_import
+
+    with quiet_import():
+        from torchao.optim import Adam8bit
+        from torchao.optim.subclass_8bit import OptimState8bit
+    import inspect
+
+    block = inspect.signature(Adam8bit).parameters["block_size"].default
+    assert block == ex.BLOCK_8BIT
+    n = 4096  # Adam8bit quantizes a tensor of >= 4096 values divisible by the block (torchao/optim/adam.py)
+    # Its step is torch.compile'd (minutes on two cores): build m and v as its _new_buffer does, by
+    # OptimState8bit.zeros(shape, signed, block_size) -- m signed, v unsigned.
+    states = [OptimState8bit.zeros((n,), signed, block) for signed in (True, False)]
+    nbytes = sum(s.codes.nbytes + s.scale.nbytes for s in states)
+    assert all(s.scale.dtype == torch.float32 for s in states)
+    assert check("adam_state_bytes_8bit", nbytes / n)
+    assert check("adam_state_bytes_fp32", 2 * torch.zeros(1).element_size())
+
+
+def test_bad_input_raises_and_names_what_is_allowed():
+    with pytest.raises(ValueError, match="bf16_of_257"):
+        check("no_such_exercise", 1)
+    with pytest.raises(TypeError, match="exercise_id"):
+        check(7, 1)
+    with pytest.raises(TypeError, match="a number"):
+        check("bf16_of_257", "256")
+    with pytest.raises(TypeError, match="True or False"):
+        check("fp16_underflows_1e_8", 1)
+    with pytest.raises(TypeError, match="whole number"):
+        check("e4m3_values_in_1_2", 8.0)
+    with pytest.raises(ValueError, match="'bf16'"):
+        check("precision_for_t4", "tf32-ish")
+    with pytest.raises(ValueError, match="scaler.update"):
+        check("amp_step_order", ["backward", "optimizer.zero_grad()"])
+    with pytest.raises(TypeError, match="list of call names"):
+        check("amp_step_order", "backward")
+    with pytest.raises(ValueError, match="choose one of"):
+        exercises("99")
+    with pytest.raises(ValueError, match="taken"):
+        ex.register(EXERCISES["bf16_of_257"])
+
+
+def test_exercises_cover_the_notebooks_and_show_their_questions():
+    table = exercises()
+    assert len(table.rows) == len(EXERCISES) >= 18
+    for nb in NOTEBOOKS:
+        assert exercises(nb).rows, nb
+    assert exercises(1).rows == exercises("01").rows
+    text = str(show("bf16_of_257"))
+    assert "257" in text and "check('bf16_of_257'" in text and "256" not in text
+    fb = check("bf16_of_257", 258)
+    assert "✗" in fb._repr_html_() and "258" in repr(fb)
+
+
+def test_exercises_import_no_framework():
+    code = ("import sys, labkit.exercises, labkit.diagrams; "
+            "print(sorted(m for m in ('torch', 'jax', 'tensorflow', 'keras', 'torchao') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
