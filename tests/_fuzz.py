@@ -276,6 +276,7 @@ GOOD = {
 OVERRIDES = {
     # a name means a different thing in each of these
     ("labkit.scaling.get_preset", "name"): "torch",
+    ("labkit.train.torch.clinic.case", "name"): "fp16-params",
     ("labkit.hardware.example_report", "name"): "T4",
     ("labkit.hardware.HardwareReport.framework", "name"): "torch",
     ("labkit.hardware.Advice.for_framework", "name"): "torch",
@@ -419,6 +420,10 @@ OVERRIDES = {
 }
 
 
+def _clinic():
+    return importlib.import_module("labkit.train.torch.clinic")
+
+
 def _instances():
     """An example instance of each public class, for its methods and, for a record, its constructor."""
     from labkit import checks, claims, evidence, hardware, memory, scaling, train, widgets
@@ -428,6 +433,9 @@ def _instances():
     return {
         "labkit.formats.FloatFormat": lambda: lf.get("fp16"),
         "labkit.table.Table": lambda: Table(("a", "b"), (("1", "2"),), "t"),
+        "labkit.train.torch.clinic.Entry": lambda: _clinic().case("fp16-params"),
+        "labkit.train.torch.clinic.Case": lambda: _clinic().Case("x", "t()", "ValueError: x", "f()", "ok", "because"),
+        "labkit.train.torch.clinic.AutocastSpeed": lambda: _clinic().AutocastSpeed("bf16", 8, 1.0, 2.0, False, "x"),
         "labkit.formats.Representation": lambda: lf.represent(0.1, "fp16"),
         "labkit.formats.Accumulation": lambda: lf.compare_accumulation([0.01] * 8, "bf16", "fp32"),
         "labkit.hardware.HardwareReport": lambda: report,
@@ -460,6 +468,9 @@ def _instances():
         "labkit.widgets.FormatExplorer": lambda: widgets.FormatExplorer(),
         "labkit.widgets.LossScaleExplorer": lambda: widgets.LossScaleExplorer([1e-3, 0.5, 2.0]),
         "labkit.widgets.ScalerPlayground": lambda: widgets.ScalerPlayground(),
+        "labkit.train.lessons.NanHunt": lambda: __import__("labkit.train.lessons", fromlist=["x"]).NanHunt(
+            "jax", "jax_debug_nans", "jnp.log(-1.0)", "FloatingPointError", "invalid value (nan) encountered in log",
+            "invalid value (nan) encountered in log", "log", "", "returns nan"),
         "labkit.train.GradientError": lambda: train.gradient_error(_grads(), _grads(), "fp16"),
         "labkit.train.data.Dataset": lambda: __import__("labkit.train.data", fromlist=["x"]).load(),
         "labkit.scaling.recipes.RecipeResult": lambda: scaling.recipes.evaluate([np.ones((2, 128), np.float32)],
@@ -541,6 +552,10 @@ NOT_WALKED = {
                                "(seconds per instance); tests/train/test_tf_*.py run it with TensorFlow",
     "labkit.train.tf.lessons": "the TensorFlow lessons: their names take Keras models, switch global policies and "
                                "train real runs; tests/train/test_tf_extras.py runs them with TensorFlow",
+    "labkit.train.tf.fit": "seed 003's Keras code through model.fit(): a good call trains a Keras model and switches "
+                           "global policies and set_jit; tests/train/test_tf_fit.py runs it with TensorFlow",
+    "labkit.train.tf.nans": "NaN hunting with tf.debugging.enable_check_numerics(), a process-wide switch; "
+                            "tests/train/test_nan_hunting.py runs it with TensorFlow",
     "labkit.train.tf.distributed": "the TensorFlow distributed engine: a good call starts a MirroredStrategy "
                                    "subprocess and its names take traced TensorFlow graphs and steppers; "
                                    "tests/distributed/test_tf_dist.py runs them with TensorFlow",

@@ -86,11 +86,14 @@ def test_bad_step_counts_and_budgets():
 
 # -- adaptive timing, budgets, emulated precisions ---------------------------------------------
 def test_adaptive_timing_uses_torch_benchmark_for_torch_and_labkit_s_loop_for_jax():
-    (torch_rec,) = bench.bench("torch", "fp32", "mlp", batch_size=32, width=32, max_seconds=5)
+    # a budget a loaded CI machine can keep (JAX's compile alone took over 5 s there); each loop
+    # stops on its own once the step times agree, long before it on a quiet one
+    (torch_rec,) = bench.bench("torch", "fp32", "mlp", batch_size=32, width=32, max_seconds=15)
     assert torch_rec["timer"].startswith("torch.utils.benchmark adaptive_autorange")
     assert torch_rec["timed_steps"] >= 1 and torch_rec["step_time_s"] > 0
     pytest.importorskip("jax")
-    (jax_rec,) = bench.bench("jax", "fp32", "mlp", batch_size=32, width=32, max_seconds=5)
+    (jax_rec,) = bench.bench("jax", "fp32", "mlp", batch_size=32, width=32, max_seconds=15)
+    assert jax_rec["status"] == "ok", jax_rec
     assert jax_rec["timer"].startswith("labkit's adaptive loop") and jax_rec["timed_steps"] >= 1
 
 

@@ -1,5 +1,7 @@
 """Lessons every framework teaches the same way, written once: the framework supplies the numbers.
 
+* `NanHunt` -- what a framework's NaN check (``torch.autograd.detect_anomaly``,
+  ``jax_debug_nans``, ``tf.debugging.enable_check_numerics``) said about a planted NaN.
 * `moved_fraction` -- after a few real steps, which share of each weight's entries changed at
   all (pure bf16 rounds small updates away; a master copy in fp32 keeps them).
 * `gradient_error` -- a low-precision gradient against a float32 reference, entry by entry: how
@@ -133,4 +135,20 @@ def gradient_error_table(results: dict, names=None, detail: bool = False) -> Tab
     return Table(columns, tuple(rows))
 
 
-__all__ = ["GradientError", "gradient_error", "gradient_error_table", "moved_fraction"]
+@dataclass(frozen=True)
+class NanHunt:
+    """One planted NaN and what the framework's NaN check said about it (`labkit.train.jax.find_nan`,
+    `labkit.train.tf.find_nan`)."""
+
+    framework: str
+    flag: str  # the switch that was turned on
+    planted: str  # the expression that makes the NaN
+    exception: str  # the type of the error raised
+    message: str  # its full text, as the library wrote it
+    headline: str  # the line of it that names the op
+    op: str  # the op (TensorFlow) or primitive (JAX) named there
+    notice: str  # what the library printed besides the error ("" if nothing)
+    after_restore: str  # what the same compiled function does once the flag is off again
+
+
+__all__ = ["GradientError", "NanHunt", "gradient_error", "gradient_error_table", "moved_fraction"]

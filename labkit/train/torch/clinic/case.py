@@ -1,0 +1,145 @@
+"""The clinic's two records: an `Entry` (one error, how to make it happen, how to fix it) and the
+`Case` that running it returns (what the library really printed, and what the fix printed).
+
+The messages are never copies: each trigger calls the real library and catches what it raises or
+warns, so a ``Case`` shows the text of the torch (or DeepSpeed) installed here.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from labkit._validate import shown
+
+NO_ERROR = "(no error: the library did not raise)"
+"""What `raised` returns when the call went through: a Case whose message says this did not reproduce."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """What one clinic entry printed here: the trigger, the library's own `message`, the fix and
+    its `fixed_output`, and `why`. ``reproduced``: the message holds the entry's stable substring
+    (False means this library version no longer fails that way). ``versions``: the libraries that
+    printed it (kept out of ``str()``, so the printed case reads the same on every machine)."""
+
+    name: str
+    trigger: str
+    message: str
+    fix: str
+    fixed_output: str
+    why: str
+    reproduced: bool = True
+    versions: str = ""
+
+    def __post_init__(self):
+        _texts(self, ("name", "trigger", "message", "fix", "fixed_output", "why", "versions"))
+        _flag("reproduced", self.reproduced)
+
+    def __str__(self) -> str:
+        def block(label: str, text: str) -> str:
+            lines = text.splitlines() or [""]
+            return "\n".join([f"{label:<9}{lines[0]}"] + [" " * 9 + ln for ln in lines[1:]])
+
+        why = textwrap.fill(self.why, width=91)
+        mark = "" if self.reproduced else "  (did not reproduce with this version)"
+        return "\n".join([f"{self.name}{mark}", block("trigger", self.trigger), block("message", self.message),
+                          block("fix", self.fix), block("output", self.fixed_output), block("why", why)])
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One error of the clinic: `symptom` (what a learner sees), `expect` (the stable part of the
+    library's message, which the trigger's message must hold), the `trigger` and `fix` as one line of
+    code each, and `why`. ``portable``: False when the printed figures depend on this machine's
+    kernels or clock (a notebook tags that cell ``nbval-ignore-output``). ``run()`` calls the real
+    library and returns the `Case`."""
+
+    name: str
+    symptom: str
+    expect: str
+    trigger: str
+    fix: str
+    why: str
+    run_trigger: Callable[[], str] = field(repr=False, compare=False)
+    run_fix: Callable[[], str] = field(repr=False, compare=False)
+    portable: bool = True
+
+    def __post_init__(self):
+        _texts(self, ("name", "symptom", "expect", "trigger", "fix", "why"))
+        for name in ("run_trigger", "run_fix"):
+            if not callable(getattr(self, name)):
+                raise TypeError(f"{name} must be a function of no arguments returning text; got "
+                                f"{type(getattr(self, name)).__name__} {shown(getattr(self, name))}")
+        _flag("portable", self.portable)
+
+    def run(self) -> Case:
+        message = self.run_trigger()
+        return Case(self.name, self.trigger, message, self.fix, self.run_fix(), self.why,
+                    self.expect in message, versions())
+
+
+def _texts(record, fields) -> None:
+    for name in fields:
+        value = getattr(record, name)
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string (text); got {type(value).__name__} {shown(value)}")
+
+
+def _flag(name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {type(value).__name__} {shown(value)}")
+
+
+def versions() -> str:
+    """The libraries whose messages the clinic shows, as installed here (DeepSpeed when it is)."""
+    import importlib.metadata as md
+
+    out = [f"torch {torch.__version__}"]
+    try:
+        out.append(f"deepspeed {md.version('deepspeed')}")
+    except md.PackageNotFoundError:
+        pass
+    return ", ".join(out)
+
+
+def raised(call: Callable[[], object]) -> str:
+    """``"Type: text"`` of the exception `call` raises (stripped), or `NO_ERROR` when it raises none."""
+    try:
+        call()
+    except Exception as err:  # noqa: BLE001 -- the clinic shows whatever the library raises
+        return f"{type(err).__name__}: {str(err).strip()}"
+    return NO_ERROR
+
+
+def warned(call: Callable[[], object], contains: str) -> tuple[object, list[str]]:
+    """`call`'s result and the texts of the warnings it emitted that contain `contains` (every
+    warning is recorded, none printed: pytest's warnings-as-errors and a notebook stay quiet)."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        result = call()
+    return result, [str(w.message) for w in seen if contains in str(w.message)]
+
+
+def linear(n_in: int, n_out: int, gen: torch.Generator, *, bias: bool = True, std: float | None = None) -> nn.Linear:
+    """An ``nn.Linear`` initialised from `gen` (normal, std 1/sqrt(n_in) unless told): the learner's
+    global RNG is left alone, and every run of a case starts from the same weights."""
+    layer = nn.Linear(n_in, n_out, bias=bias, device="meta").to_empty(device="cpu")
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(n_out, n_in, generator=gen) * (n_in ** -0.5 if std is None else std))
+        if bias:
+            layer.bias.zero_()
+    return layer
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+__all__ = ["NO_ERROR", "Case", "Entry"]

@@ -1,0 +1,251 @@
+"""The clinic's last entries: training that stops (DeepSpeed at its minimum loss scale), a NaN found
+by autograd's anomaly mode, and mixed precision that is slower than fp32 (`autocast_speed`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from labkit._validate import choice, integer, number, shown
+from labkit.train.torch.clinic.case import Entry, linear, raised, warned
+
+
+# -- DeepSpeed: "Current loss scale already at minimum" ---------------------------------------------
+@contextlib.contextmanager
+def _quiet_deepspeed():
+    """DeepSpeed's first import logs "Setting accelerator to CPU ..." to stdout when it finds no GPU (its
+    ``accelerator/real_accelerator.py``): name the CPU for it, through its own ``DS_ACCELERATOR``, for
+    that import only -- the accelerator it would pick anyway. Its overflow logs go to ERROR meanwhile."""
+    import os
+    import sys
+
+    env = "deepspeed" not in sys.modules and "DS_ACCELERATOR" not in os.environ and torch.cuda.device_count() == 0
+    if env:
+        os.environ["DS_ACCELERATOR"] = "cpu"
+    try:
+        import deepspeed.utils.logging  # noqa: F401 -- creates the "DeepSpeed" logger
+
+        lg = logging.getLogger("DeepSpeed")
+        level = lg.level
+        lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            lg.setLevel(level)
+    finally:
+        if env:
+            os.environ.pop("DS_ACCELERATOR", None)
+
+
+def _deepspeed_min_scale() -> str:
+    from labkit import scaling
+    from labkit.train.torch.deepspeed_config import deepspeed_installed
+
+    scaler, steps = scaling.DeepSpeedLossScaler.create(), 0  # the fp16 config's defaults: 2**16, hysteresis 2
+    try:
+        while steps < 100:
+            scaler = scaler.adjust(False)  # every step overflows
+            steps += 1
+    except scaling.ScalerStopped as stop:
+        ours = f"{type(stop).__name__}: {stop}"
+    else:
+        return "(labkit's DeepSpeed scaler did not stop)"
+    lines = [f"labkit.scaling.DeepSpeedLossScaler, every step overflowing from 2**16: stopped at step {steps + 1} "
+             f"(scale {scaler.loss_scale:g} = min_loss_scale, hysteresis used up):", "  " + ours]
+    if not deepspeed_installed():
+        missing = "DeepSpeed is not installed here (pip install 'labkit[deepspeed]'): no message of its own"
+        return "\n".join(lines + [missing])
+    import importlib.metadata as md
+
+    with _quiet_deepspeed():
+        from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler
+
+        # the real scaler in the state labkit's replay reached: at the floor, no hysteresis left
+        real = DynamicLossScaler(init_scale=scaler.loss_scale, scale_window=1000, min_scale=1, delayed_shift=2,
+                                 consecutive_hysteresis=False)
+        real.cur_hysteresis = scaler.hysteresis
+        text = raised(lambda: real.update_scale(True))
+    return "\n".join(lines + [f"deepspeed {md.version('deepspeed')} DynamicLossScaler.update_scale(overflow=True) "
+                              "in that state:", "  " + text])
+
+
+def _deepspeed_fix() -> str:
+    from labkit import scaling
+
+    burst = scaling.simulate("deepspeed", overflows=[True] * 5 + [False] * 15, init_scale=2**16)
+    stops = "never stops" if burst.stopped_at is None else "stops"
+    return (f"overflows that stop (5 steps, then clean): the replay {stops}, "
+            f"scale {burst.scales[0]:g} -> {burst.final_scale:g}\n"
+            f"a bf16 config: deepspeed_options({{'bf16': {{'enabled': True}}}}) -> "
+            f"{scaling.deepspeed_options({'bf16': {'enabled': True}})}: no loss scale, nothing to reach a minimum")
+
+
+# -- NaN hunting with anomaly mode ------------------------------------------------------------------
+def _masked_sqrt_step(fixed: bool, anomaly: bool) -> str:
+    """A forward that is finite and a backward that is not: ``torch.where(h > 0, torch.sqrt(h), 0)``.
+    The where drops the nan of sqrt(negative) from the forward, but its backward sends a gradient of 0
+    to those entries, and sqrt's backward, grad / (2 * sqrt(h)), is 0 / nan = nan there: nan reaches
+    every weight. The fix: take the square root of a safe input, ``torch.sqrt(h.clamp_min(1e-6))``."""
+    gen = torch.Generator().manual_seed(0)
+    model = linear(4, 4, gen)
+    x = torch.randn(8, 4, generator=gen)
+    h = model(x)  # about half the entries are negative
+    r = torch.sqrt(h.clamp_min(1e-6)) if fixed else torch.sqrt(h)
+    loss = torch.where(h > 0, r, 0.0).sum()
+    with torch.autograd.set_detect_anomaly(anomaly):
+        loss.backward()
+    finite = all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+    return f"loss {'finite' if torch.isfinite(loss) else 'not finite'}, gradients finite: {finite}"
+
+
+def _nan_hunt() -> str:
+    text, _ = warned(lambda: raised(lambda: _masked_sqrt_step(False, True)), "")  # anomaly mode warns: recorded
+    return text
+
+
+def _nan_hunt_fix() -> str:
+    plain = _masked_sqrt_step(False, False)
+    fixed, _ = warned(lambda: _masked_sqrt_step(True, True), "")
+    return (f"without anomaly mode: {plain} -- and no word of where\n"
+            f"torch.sqrt(h.clamp_min(1e-6)), under anomaly mode: no error; {fixed}")
+
+
+# -- mixed precision slower than fp32 ------------------------------------------------------------
+@dataclass(frozen=True)
+class AutocastSpeed:
+    """Seconds per training step of an MLP in fp32 and under ``torch.autocast("cpu", dtype)`` (the
+    median of `repeats`), with what `labkit.hardware.native_precision` says about that dtype here."""
+
+    precision: str
+    size: int
+    fp32_s: float
+    autocast_s: float
+    native: bool
+    why: str
+
+    def __post_init__(self):
+        choice("precision", self.precision, ("bf16", "fp16"))
+        integer("size", self.size, minimum=1)
+        for name in ("fp32_s", "autocast_s"):
+            object.__setattr__(self, name, number(name, getattr(self, name), minimum=0, inclusive=False))
+        if not isinstance(self.native, bool):
+            raise TypeError(f"native must be True or False; got {type(self.native).__name__} {shown(self.native)}")
+        if not isinstance(self.why, str):
+            raise TypeError(f"why must be a string; got {type(self.why).__name__} {shown(self.why)}")
+
+    @property
+    def ratio(self) -> float:
+        """Autocast's time over fp32's: above 1 means slower."""
+        return self.autocast_s / self.fp32_s
+
+    def check(self):
+        """The course's claim, checked here (a `labkit.checks.Check`): where labkit.hardware says the
+        format is emulated, autocast is no faster than fp32 (at least 0.9x its time). Where it is native,
+        a speed-up is possible but not promised (casts cost time too, and small matrices gain little)."""
+        from labkit import checks
+
+        holds = self.native or self.ratio >= 0.9
+        return checks.that(f"{self.precision} autocast is no faster than fp32 where labkit.hardware says "
+                           f"{self.precision} is emulated", holds,
+                           f"{'native' if self.native else 'emulated'}, {self.ratio:.2f}x fp32's time")
+
+    def __str__(self) -> str:
+        return (f"fp32 step {self.fp32_s * 1e3:.3g} ms, {self.precision} autocast step {self.autocast_s * 1e3:.3g} ms "
+                f"({self.ratio:.2f}x fp32's time), MLP of width {self.size} on the CPU\n"
+                f"labkit.hardware.native_precision('torch', {self.precision!r}): "
+                f"{'native' if self.native else 'emulated'} ({self.why})")
+
+
+def autocast_speed(precision: str = "bf16", size: int = 128, repeats: int = 3) -> AutocastSpeed:
+    """Time one SGD step of a 2-layer MLP (batch and width `size`) in fp32 and under CPU autocast in
+    `precision` ("bf16" or "fp16"), `repeats` times each after one warm-up step; the median counts.
+
+    On a CPU without bf16 instructions (AVX512-BF16, AMX) every bf16 matmul is converted to fp32 and
+    back, and autocast also casts each fp32 weight to bf16 in every forward: more work, no faster
+    arithmetic. The figures depend on this machine (show them in a cell nbval ignores; the `check`
+    line is what reads the same everywhere).
+
+    >>> s = autocast_speed(size=32, repeats=1)
+    >>> s.precision, s.fp32_s > 0 < s.autocast_s
+    ('bf16', True)
+    """
+    from labkit.hardware import native_precision
+
+    precision = choice("precision", precision, ("bf16", "fp16"))
+    size = integer("size", size, minimum=8, maximum=4096)
+    repeats = integer("repeats", repeats, minimum=1, maximum=100)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(size, size, generator=gen)
+
+    def seconds(low: bool) -> float:
+        model = nn.Sequential(linear(size, size, gen), nn.ReLU(), linear(size, size, gen))
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=dtype, enabled=low):
+                loss = model(x).float().pow(2).mean()
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    native = native_precision("torch", precision)
+    return AutocastSpeed(precision, size, seconds(False), seconds(True), bool(native.native), native.why)
+
+
+_LAST: list[AutocastSpeed] = []
+
+
+def _measured(new: bool) -> AutocastSpeed:
+    """The cpu-slower case measures once: its trigger times the steps, its fix checks those figures."""
+    if new or not _LAST:
+        _LAST[:] = [autocast_speed()]
+    return _LAST[0]
+
+
+ENTRIES = (
+    Entry("deepspeed-min-scale",
+          "DeepSpeed fp16 training stops with 'Current loss scale already at minimum'",
+          "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+          "DeepSpeed fp16 (ZeRO), dynamic loss scale, a loss that is inf/nan at every step",
+          "find what overflows (fp16-forward-overflow, nan-hunting); or train in bf16, which has no loss scale",
+          "DeepSpeed's DynamicLossScaler halves the scale at each overflow (after its hysteresis of 2) and "
+          "raises when an overflow arrives at min_loss_scale (1): from 2**16 that is 18 overflowing steps in "
+          "a row. Gradients that a smaller scale would make finite stop overflowing long before; overflows "
+          "that reach the floor come from the forward pass (an activation past 65504, a nan), which no scale "
+          "changes. Lowering min_loss_scale only delays the stop.",
+          _deepspeed_min_scale, _deepspeed_fix, portable=False),  # DeepSpeed's part: its version, if installed
+    Entry("nan-hunting",
+          "the loss or the gradients are nan, and nothing says where",
+          "Function 'SqrtBackward0' returned nan values in its 0th output.",
+          "loss = torch.where(h > 0, torch.sqrt(h), 0).sum(); with torch.autograd.detect_anomaly(): loss.backward()",
+          "give the op anomaly mode names a safe input: torch.sqrt(h.clamp_min(1e-6))",
+          "torch.autograd.detect_anomaly() checks every backward function's output and raises at the first "
+          "nan, naming the function: SqrtBackward0. The forward and the loss were finite (torch.where had "
+          "dropped sqrt's nan), but where's backward sends 0 to the dropped entries and sqrt's backward, "
+          "grad / (2 sqrt(h)), turns 0 into nan there, and it reaches every weight. Anomaly mode also "
+          "warns with the traceback of the forward call that made the op. It slows every op: turn it on to "
+          "hunt, off to train. (For JAX: jax_debug_nans; for TensorFlow: tf.debugging.enable_check_numerics.)",
+          _nan_hunt, _nan_hunt_fix),
+    Entry("cpu-slower",
+          "bf16 autocast on a CPU is slower than fp32",
+          "autocast step",
+          "the same MLP step in fp32 and under torch.autocast('cpu', dtype=torch.bfloat16)",
+          "on a CPU, train in fp32 unless labkit.hardware.native_precision('torch', 'bf16') says native",
+          "Mixed precision is faster where the hardware multiplies 16-bit numbers faster (Tensor Cores, a TPU, "
+          "CPUs with AMX or AVX512-BF16). Elsewhere each bf16 matmul is widened to fp32, and autocast adds a "
+          "cast of every weight in every forward: the same arithmetic and more memory traffic. Even where bf16 "
+          "is native, small matrices gain little against the casts.",
+          lambda: str(_measured(True)), lambda: str(_measured(False).check()), portable=False),
+)
+
+__all__ = ["ENTRIES", "AutocastSpeed", "autocast_speed"]

@@ -1,0 +1,49 @@
+"""NaN hunting with the frameworks' own switches: a planted NaN is found and its op named, the switch put back."""
+
+import pytest
+
+
+@pytest.mark.parametrize("planted, op", [("log", "log"), ("divide", "div")])
+def test_jax_debug_nans_names_the_primitive_that_made_the_nan_and_is_restored(planted, op):
+    jax = pytest.importorskip("jax")
+    from labkit.train.jax import nans
+
+    before = jax.config.jax_debug_nans
+    hunt = nans.find_nan(planted)
+    assert jax.config.jax_debug_nans == before
+    assert hunt.exception == "FloatingPointError"
+    assert "invalid value (nan) encountered in" in hunt.message
+    assert hunt.op == op
+    assert "de-optimized" in hunt.notice  # JAX's printed notice, captured
+    assert hunt.after_restore == "returns nan"  # the flag off: the same jitted function is silent
+
+
+@pytest.mark.parametrize("planted, op", [("log", "Log"), ("divide", "RealDiv")])
+def test_tf_check_numerics_names_the_op_and_its_traced_function_keeps_checking(planted, op):
+    pytest.importorskip("tensorflow")
+    from labkit.train.tf import nans
+    from labkit.train.tf.models import tf
+
+    hunt = nans.find_nan(planted)
+    assert hunt.exception == "InvalidArgumentError"
+    assert "Detected Infinity or NaN in output 0 of graph op" in hunt.headline
+    assert hunt.op == op
+    assert "Tensor had NaN values" in hunt.message
+    # disable_check_numerics() does not strip the checks out of a function already traced with them
+    assert hunt.after_restore == "raises InvalidArgumentError"
+
+    @tf.function
+    def fresh(x):
+        return tf.math.log(x)
+
+    assert str(float(fresh(tf.constant(-1.0)))) == "nan"  # a function traced afterwards is unchecked
+
+
+def test_find_nan_refuses_an_unknown_plant():
+    pytest.importorskip("jax")
+    from labkit.train.jax import nans
+
+    with pytest.raises(ValueError, match="choose one of 'log', 'divide'"):
+        nans.find_nan("sqrt")
+    with pytest.raises(TypeError, match="planted must be one of"):
+        nans.find_nan(1)

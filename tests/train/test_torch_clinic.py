@@ -1,0 +1,141 @@
+"""The clinic: every trigger really fails with the library's own message, every fix really works.
+
+Each case runs once (a module fixture) on the real torch, and DeepSpeed where it is installed; the
+assertions read the texts the cases captured at run time, so they fail if a library stops raising.
+"""
+
+import importlib.util
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from labkit.train.torch import clinic as C  # noqa: E402
+
+DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
+
+
+@pytest.fixture(scope="module")
+def ran():
+    """name -> Case, each case run once (the whole clinic takes seconds)."""
+    return {name: C.case(name).run() for name in C.NAMES}
+
+
+@pytest.mark.parametrize("name", C.NAMES)
+def test_each_trigger_reproduces_its_message(ran, name):
+    case, entry = ran[name], C.case(name)
+    assert case.reproduced and entry.expect in case.message, case.message
+    assert C.NO_ERROR not in case.message
+    assert case.name == name and case.why == entry.why and "torch " in case.versions
+
+
+FIXED = {
+    "fp16-forward-overflow": ["fp16, ff in fp32: ", "bf16: ", "4 of 4 steps applied"],
+    "fp16-params": ["step applied: True; parameters float32, gradients float32"],
+    "unscale-twice": ["norm before clipping finite: True, norm after <= 1: True; step applied: True"],
+    "scheduler-warning": ["plain loop: steps skipped [0]", "no warning; the applied steps used lr 0.1, 0.05, 0.025"],
+    "bf16-gradscaler": ["scaler.scale(loss) is loss: True"],
+    "autocast-dtypes": ["-> bfloat16"],
+    "qkv-dtype-mismatch": ["output bfloat16 (1, 2, 1, 8)", "under torch.autocast: no error, output bfloat16"],
+    "bf16-rope-positions": ["4096 of 4096 positions have distinct angles"],
+    "bf16-grad-accumulation": ["fp32 params + bf16 autocast: .grad fp32"],
+    "deepspeed-min-scale": ["the replay never stops", "('none', {})"],
+    "nan-hunting": ["without anomaly mode: loss finite, gradients finite: False",
+                    "no error; loss finite, gradients finite: True"],
+    "cpu-slower": ["bf16 autocast is no faster than fp32 where labkit.hardware says bf16 is emulated"],
+}
+
+
+@pytest.mark.parametrize("name", C.NAMES)
+def test_each_fix_works(ran, name):
+    for text in FIXED[name]:
+        assert text in ran[name].fixed_output, ran[name].fixed_output
+    assert "Error" not in ran[name].fixed_output
+
+
+def test_fp16_overflow_is_in_the_forward_pass_and_every_scaled_step_is_skipped(ran):
+    message = ran["fp16-forward-overflow"].message
+    assert "max |ff(x)| inf" in message and "0 of 4 steps applied, scale 65536 -> 8192" in message
+    fixed = ran["fp16-forward-overflow"].fixed_output
+    amax = [float(v) for v in re.findall(r"max \|ff\(x\)\| ([0-9.e+]+)", fixed)]
+    assert len(amax) == 2 and all(65504 < a < 1e6 for a in amax)  # the same activation, now held
+
+
+def test_qkv_mismatch_shows_both_real_errors(ran):
+    sdpa, by_hand = ran["qkv-dtype-mismatch"].message.splitlines()
+    assert sdpa.startswith("F.scaled_dot_product_attention: RuntimeError:") and "BFloat16" in sdpa
+    assert "RuntimeError:" in by_hand and "BFloat16" in by_hand
+
+
+def test_rope_positions_collide_under_bf16_autocast(ran):
+    message = ran["bf16-rope-positions"].message
+    distinct = int(re.search(r"(\d+) of 4096 positions have distinct", message).group(1))
+    error = float(re.search(r"largest angle error ([0-9.e+-]+) rad", message).group(1))
+    assert distinct < 1024 and error > 1.0
+    assert float(torch.tensor(257.0).to(torch.bfloat16)) == 256.0
+
+
+def test_bf16_accumulation_error_grows_and_fp32_stays_tiny(ran):
+    def errors(text):
+        return {int(n): float(e) for n, e in re.findall(r"N=(\d+): ([0-9.e+-]+)", text)}
+
+    bf16, fp32 = errors(ran["bf16-grad-accumulation"].message), errors(ran["bf16-grad-accumulation"].fixed_output)
+    assert bf16[1] == 0 == fp32[1]  # one micro-batch: nothing was added
+    assert bf16[256] > bf16[4] > 1e-4 and bf16[256] > 1e-3
+    assert max(fp32.values()) < 1e-5 and bf16[256] > 100 * max(fp32[256], 1e-9)
+
+
+def test_deepspeed_min_scale_messages_from_labkit_and_deepspeed(ran):
+    message = ran["deepspeed-min-scale"].message
+    assert "stopped at step 18 (scale 1 = min_loss_scale" in message
+    assert "ScalerStopped: Current loss scale already at minimum" in message
+    if DEEPSPEED:
+        assert "\n  Exception: Current loss scale already at minimum - cannot decrease scale anymore." in message
+    else:
+        assert "DeepSpeed is not installed here" in message
+
+
+def test_anomaly_mode_names_the_backward_function(ran):
+    assert ran["nan-hunting"].message == "RuntimeError: Function 'SqrtBackward0' returned nan values in its 0th output."
+
+
+def test_running_a_case_leaves_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    C.case("fp16-params").run()
+    C.case("bf16-gradscaler").run()
+    assert torch.equal(state, torch.random.get_rng_state())
+
+
+def test_clinic_lists_every_entry_and_case_refuses_unknown_names():
+    table = C.clinic()
+    assert tuple(table.column("name")) == C.NAMES and len(set(C.NAMES)) == len(C.NAMES)
+    with pytest.raises(ValueError, match="fp16-params"):
+        C.case("fp16")
+    with pytest.raises(TypeError, match="name must be one of"):
+        C.case(3)
+
+
+def test_a_case_prints_every_part_and_marks_one_that_did_not_reproduce():
+    case = C.Case("x", "t()", "ValueError: boom\nsecond line", "f()", "ok", "because", reproduced=False)
+    text = str(case)
+    assert text.splitlines()[0] == "x  (did not reproduce with this version)"
+    assert "message  ValueError: boom\n         second line" in text
+    for label in ("trigger  t()", "fix      f()", "output   ok", "why      because"):
+        assert label in text
+
+
+def test_autocast_speed_check_claims_no_speedup_only_where_emulated():
+    slow = C.AutocastSpeed("bf16", 8, 1.0, 2.0, False, "emulated")
+    fast = C.AutocastSpeed("bf16", 8, 1.0, 0.5, False, "emulated")
+    native = C.AutocastSpeed("bf16", 8, 1.0, 0.5, True, "AMX")
+    assert slow.check().holds and not fast.check().holds and native.check().holds
+    assert str(fast.check()).startswith("✗ expected: bf16 autocast is no faster than fp32")
+    assert "0.50x fp32's time" in str(native)
+
+
+@pytest.mark.parametrize("kwargs, error", [({"precision": "fp8"}, ValueError), ({"size": 0}, ValueError),
+                                           ({"repeats": 1.5}, TypeError), ({"precision": None}, TypeError)])
+def test_autocast_speed_refuses_bad_input(kwargs, error):
+    with pytest.raises(error):
+        C.autocast_speed(**kwargs)

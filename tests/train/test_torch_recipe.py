@@ -1,0 +1,171 @@
+"""The full AMP recipe (labkit.train.torch.recipe), run on real torch on the CPU: accumulation, several
+optimizers, checkpoint/resume, custom autograd functions, torch.compile, SDPA and inference."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from labkit import scaling
+from labkit.train.torch.recipe import (
+    WAYS, accumulate, accumulation_table, checkpoint_resume_identical, compile_autocast, custom_function_dtypes,
+    inference_agreement, sdpa_dtypes, several_optimizers,
+)
+
+RIGHT, UPDATE_EACH, UNSCALE_EACH = WAYS
+
+
+# -- 1. gradient accumulation -------------------------------------------------------------------------
+def test_accumulation_keeps_one_scale_per_optimizer_step_and_matches_one_big_batch():
+    r = accumulate(steps=3, micro_batches=3, growth_interval=1)
+    assert all(len(set(step)) == 1 for step in r.scales)          # the scale never changes mid-step
+    # one update per optimizer step: the scales are those of labkit's model of torch's scaler, step for step
+    trace = scaling.simulate("torch", overflows=[False] * 3, init_scale=2.0**16, growth_interval=1)
+    assert [step[0] for step in r.scales] == list(trace.scales)
+    assert all(r.stepped) and max(r.grad_errors) < 0.01          # loss / micro_batches: the big batch's gradient
+    assert r.error == ""
+
+
+def test_updating_every_micro_batch_is_refused_by_torch_with_its_own_message():
+    r = accumulate(steps=2, micro_batches=3, way=UPDATE_EACH)
+    assert r.error.startswith("AssertionError") and "No inf checks were recorded prior to update" in r.error
+    assert r.stepped == (False,)
+
+
+def test_unscaling_every_micro_batch_runs_silently_wrong_and_changes_the_scale_mid_step():
+    r = accumulate(steps=2, micro_batches=3, way=UNSCALE_EACH, growth_interval=2)
+    assert r.error == "" and r.stepped[0]                         # no error from torch
+    assert any(len(set(step)) > 1 for step in r.scales)           # the scale grew inside an optimizer step
+    assert min(e for e in r.grad_errors if not math.isnan(e)) > 0.2  # earlier micro-batches divided again: lost
+
+
+def test_accumulation_table_has_one_row_per_way_and_shows_torchs_message():
+    t = accumulation_table(1, 2)
+    assert t.column("way") == list(WAYS)
+    assert "No inf checks" in t.column("torch says")[1] and t.column("torch says")[0] == "-"
+
+
+def test_accumulate_refuses_bad_values_naming_what_is_allowed():
+    with pytest.raises(ValueError, match="unknown way"):
+        accumulate(way="sometimes")
+    with pytest.raises(ValueError, match="micro_batches must be an integer"):
+        accumulate(micro_batches=0)
+    with pytest.raises(TypeError, match="steps must be an integer"):
+        accumulate(steps=2.5)
+
+
+# -- 2. several models, losses and optimizers ---------------------------------------------------------
+def test_several_optimizers_decide_to_skip_each_on_its_own_and_update_once():
+    r = several_optimizers(3, overflow_at=(1,))
+    assert r.stepped0 == (True, False, True) and r.stepped1 == (True, True, True)
+    trace = scaling.simulate("torch", overflows=[False, True, False], init_scale=2.0**12, growth_interval=2000)
+    assert list(r.scales) == list(trace.scales)
+    assert all(abs(x - 1) < 0.01 for x in r.ratio1)
+
+
+def test_updating_between_two_optimizers_steps_doubles_the_second_ones_gradient_after_an_overflow():
+    r = several_optimizers(3, way="update after each step", overflow_at=(1,))
+    assert abs(r.ratio1[1] - 2) < 0.02 and abs(r.ratio1[0] - 1) < 0.01
+    assert r.table().column("opt1 gradient / true")[1].startswith("2.0")
+
+
+# -- 3. checkpoint and resume -------------------------------------------------------------------------
+@pytest.mark.parametrize("case", [
+    dict(),                                                       # nothing special
+    dict(overflow_at=(1,), growth_interval=2),                    # the scale backed off and grew before `at`
+    dict(init_scale=2.0**20),                                     # real overflows: the first steps back off
+    dict(precision="bf16"),                                       # no scaler at all (enabled=False)
+])
+def test_resuming_from_a_full_checkpoint_is_bit_identical(case):
+    r = checkpoint_resume_identical(steps=6, at=3, **case)
+    assert np.array_equal(np.array(r.straight_losses, np.float64), np.array(r.resumed_losses, np.float64))
+    assert r.straight_scales == r.resumed_scales and r.identical and r.first_difference is None
+    assert r.saved == ("model", "optimizer", "scaler", "step", "rng") and r.checkpoint_bytes > 0
+    if case.get("precision", "fp16") == "fp16" and case:
+        assert r.straight_scales[r.at] != r.straight_scales[0]    # the scale had changed before the checkpoint
+
+
+def test_forgetting_the_scaler_state_restarts_the_scale_and_a_large_one_overflows_again():
+    r = checkpoint_resume_identical(steps=6, at=3, init_scale=2.0**20, forget="scaler")
+    assert "scaler" not in r.saved and not r.identical and r.first_difference == 3
+    assert r.resumed_scales[3] == 2.0**20 != r.straight_scales[3]
+    assert r.resumed_losses[4:] != r.straight_losses[4:]         # the overflowing steps were skipped
+    small = checkpoint_resume_identical(steps=6, at=3, overflow_at=(1,), forget=("scaler",))
+    assert small.resumed_scales[3] == 2.0**16 and small.straight_scales[3] == 2.0**15 and not small.identical
+
+
+@pytest.mark.parametrize("part, first", [("optimizer", 4), ("data position", 3)])
+def test_forgetting_the_optimizer_or_the_data_position_breaks_identity(part, first):
+    r = checkpoint_resume_identical(steps=5, at=3, forget=part)
+    assert not r.identical and r.first_difference == first      # Adam's moments act one step later
+    assert "DIFFERENT" in r.table().column("")
+
+
+def test_checkpoint_resume_leaves_the_rng_and_determinism_setting_as_they_were():
+    rng, det = torch.get_rng_state(), torch.are_deterministic_algorithms_enabled()
+    checkpoint_resume_identical(steps=3, at=1)
+    assert torch.equal(torch.get_rng_state(), rng) and torch.are_deterministic_algorithms_enabled() == det
+
+
+def test_checkpoint_resume_refuses_bad_values():
+    with pytest.raises(ValueError, match="at must be an integer from 1 to 3"):
+        checkpoint_resume_identical(steps=4, at=4)
+    with pytest.raises(ValueError, match="unknown forget 'weights'"):
+        checkpoint_resume_identical(forget="weights")
+    with pytest.raises(ValueError, match="overflow_at must be an integer from 0 to 7"):
+        checkpoint_resume_identical(overflow_at=(9,))
+
+
+# -- 4. custom autograd functions ---------------------------------------------------------------------
+@pytest.mark.parametrize("precision, name, c10", [("bf16", "bfloat16", "BFloat16"), ("fp16", "float16", "Half")])
+def test_custom_fwd_and_bwd_fix_what_a_plain_function_breaks(precision, name, c10):
+    t = custom_function_dtypes(precision)
+    rows = {r[0]: dict(zip(t.columns, r)) for r in t.rows}
+    mismatch = f"expected m1 and m2 to have the same dtype, but got: c10::{c10} != float"  # torch's own words
+    plain = rows["plain autograd.Function"]
+    assert plain["autocast in forward"] == "True" and plain["autocast in backward"] == "False"
+    assert mismatch in plain["result"]                            # backward ran outside autocast
+    both = rows["custom_fwd + custom_bwd"]
+    assert both["autocast in backward"] == "True" and both["output"] == name and both["result"].startswith("grads")
+    cast = rows["custom_fwd(cast_inputs=float32)"]
+    assert cast["forward sees a, b"] == "float32, float32" and cast["autocast in forward"] == "False"
+    assert cast["output"] == cast["backward sees grad"] == "float32"
+    assert rows["autocast(enabled=False) + .float()"]["output"] == "float32"
+    assert mismatch in rows["autocast(enabled=False), no cast"]["result"]
+
+
+# -- 5. torch.compile ---------------------------------------------------------------------------------
+def test_compile_under_bf16_autocast_fuses_the_casts_into_its_kernels():
+    r = compile_autocast(("bf16",), width=32, batch_size=32, steps=3, warmup=1)
+    if not r.available:
+        assert "Warning" not in r.reason.split(":")[0], r.reason  # a warning is ours to silence, not a reason
+        pytest.skip(f"torch.compile (inductor) cannot compile here: {r.reason}")
+    assert r.eager_casts["bf16"] > 0                              # eager autocast casts op by op
+    assert r.fused_cast_kernels["bf16"] > 0 and r.converts["bf16"] > 0
+    assert all(ms > 0 and math.isfinite(ms) for ms in r.ms.values())
+    assert r.table().column("precision") == ["bf16"]
+
+
+def test_compile_autocast_refuses_an_unknown_precision_before_compiling():
+    with pytest.raises(ValueError, match="unknown precisions 'fp8'"):
+        compile_autocast(("fp8",))
+
+
+# -- 6. attention and inference -----------------------------------------------------------------------
+def test_sdpa_is_lowered_by_cpu_autocast_and_runs_the_fused_cpu_kernel():
+    t = sdpa_dtypes()
+    for autocast, inputs, casts, kernel, sees, out in t.rows:
+        assert "scaled_dot_product" in kernel
+        want = "float32" if autocast == "off" else autocast
+        assert out == want and sees == ", ".join([want] * 3)
+        assert casts == ("3" if inputs != want else "0")
+
+
+def test_inference_mode_with_autocast_agrees_with_fp32_and_tracks_no_gradients():
+    t = inference_agreement(("bf16", "fp16"), train_steps=40)
+    rows = {r[0]: dict(zip(t.columns, r)) for r in t.rows}
+    for p, dtype in (("bf16", "bfloat16"), ("fp16", "float16")):
+        assert float(rows[p]["agreement with fp32"].rstrip("%")) >= 95.0
+        assert rows[p]["logits dtype"] == dtype
+        assert rows[p]["requires_grad"] == "False" and rows[p]["inference tensor"] == "True"
