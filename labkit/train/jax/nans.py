@@ -1,6 +1,6 @@
 """NaN hunting in JAX: ``jax.config.update("jax_debug_nans", True)`` finds a planted NaN and names the primitive.
 
-`find_nan` plants a NaN (``jnp.log(-1.0)`` or ``0.0 / 0.0``) inside a ``jax.jit`` function, turns
+`find_nan` plants a NaN (``jnp.log(-1.0)`` or 0 / 0 by ``lax.div``) inside a ``jax.jit`` function, turns
 ``jax_debug_nans`` on, calls it, and returns the real ``FloatingPointError`` as a `NanHunt` (the same
 record as ``labkit.train.tf.find_nan``'s). How JAX finds it: the compiled function's *outputs* are
 checked (jax/_src/dispatch.py); on a NaN, JAX prints a notice and calls the function again
@@ -26,7 +26,7 @@ from labkit._validate import choice
 from labkit.train.lessons import NanHunt
 
 PLANTS = {"log": "jnp.log(x) with x = -1.0, inside jax.jit",
-          "divide": "(x - x) / (x - x) with x = -1.0, inside jax.jit"}
+          "divide": "lax.div(x - x, x - x) with x = -1.0 (0 / 0), inside jax.jit"}
 """The NaNs `find_nan` can plant: log of a negative number, and 0/0."""
 
 
@@ -42,7 +42,9 @@ def find_nan(planted: str = "log") -> NanHunt:
 
     @jax.jit
     def f(x):
-        y = jnp.log(x) if planted == "log" else (x - x) / (x - x)
+        # lax.div, not `/`: jnp's divide is a jitted function of its own, and how the de-optimised
+        # re-run reports a NaN inside it depended on what had run before in the process
+        y = jnp.log(x) if planted == "log" else jax.lax.div(x - x, x - x)
         return y * 2.0 + 1.0
 
     x = jnp.float32(-1.0)
