@@ -73,7 +73,7 @@ COMPUTE_DTYPES = {"fp32": None, "tf32": None, "fp16": torch.float16, "bf16": tor
                   "bf16-pure": torch.bfloat16,
                   # torchao's fp8 / MX layers cast their own operands; the rest of the model runs in fp32,
                   # without autocast (labkit.train.torch.fp8 says why)
-                  "fp8-tensorwise": None, "fp8-rowwise": None, "fp8-rowwise-gw-hp": None, "mxfp8": None}
+                  **dict.fromkeys(TORCH_PRECISIONS)}
 
 
 def make_stepper(config: RunConfig, data: Dataset) -> "TorchStepper":
