@@ -37,3 +37,26 @@ def test_under_it_labkit_and_torch_see_an_avx2_cpu_with_one_core_and_one_thread(
     cap, cores, bf16, threads, torch_cap = json.loads(out.stdout)
     assert (cap, bf16, threads, torch_cap) == ("avx2", [], 1, "AVX2")
     assert cores == 1 or not hasattr(__import__("os"), "sched_setaffinity")
+
+
+@pytest.mark.parametrize("flags, hidden", [
+    (("avx2", "fma", "sse4_2"), ()),
+    (("avx2", "avx512f"), ("avx512f",)),
+    (("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"), ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f")),
+    (("neon", "asimd"), ()),
+])
+def test_the_cap_hides_only_what_lies_above_avx2(flags, hidden):
+    assert portable.hidden_by_the_cap(flags) == hidden
+
+
+def test_where_the_cap_hides_nothing_the_run_has_one_thread_and_no_cap():
+    env = portable.environment_one_thread({"PATH": "/bin", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+    assert env["OMP_NUM_THREADS"] == env["TF_NUM_INTRAOP_THREADS"] == env["TF_NUM_INTEROP_THREADS"] == "1"
+    assert env["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+    assert not set(portable.CAPPED) & set(env)
+
+
+def test_cap_differs_answers_by_exit_status():
+    out = subprocess.run([sys.executable, str(SCRIPT), "--cap-differs"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == (0 if portable.hidden_by_the_cap() else 1), out.stderr[-2000:]
+    assert out.stdout.startswith("the AVX2 cap hides ")
