@@ -546,6 +546,9 @@ NOT_WALKED = {
     "labkit.train.torch": "the PyTorch room: every module in it imports torch (its __init__ through them), and "
                           "tests/train/test_torch_*.py and tests/distributed/test_{torch_dist,deepspeed_run}.py run "
                           "it with torch",
+    "labkit.train.torch.recipe": "the AMP recipe, run for real: every module in it imports torch (its __init__ "
+                                 "through them), a good call trains, checkpoints or compiles (seconds); "
+                                 "tests/train/test_torch_recipe.py runs it with torch, bad values included",
     "labkit.train.tf": "the TensorFlow room: every module in it imports TensorFlow (its __init__ through them), "
                        "and tests/train/test_tf_*.py and tests/distributed/test_tf_dist.py run it with TensorFlow",
     "labkit.train.tf.stepper": "the TensorFlow stepper: a good TFStepper builds a Keras model and traces its step "

@@ -9,8 +9,8 @@ import torch
 
 from labkit import scaling
 from labkit.train.torch.recipe import (
-    WAYS, accumulate, accumulation_table, checkpoint_resume_identical, compile_autocast, custom_function_dtypes,
-    inference_agreement, sdpa_dtypes, several_optimizers,
+    WAYS, Compiled, accumulate, accumulation_table, checkpoint_resume_identical, compile_autocast,
+    custom_function_dtypes, inference_agreement, sdpa_dtypes, several_optimizers,
 )
 
 RIGHT, UPDATE_EACH, UNSCALE_EACH = WAYS
@@ -137,7 +137,9 @@ def test_custom_fwd_and_bwd_fix_what_a_plain_function_breaks(precision, name, c1
 
 # -- 5. torch.compile ---------------------------------------------------------------------------------
 def test_compile_under_bf16_autocast_fuses_the_casts_into_its_kernels():
+    threads = torch.get_num_threads()
     r = compile_autocast(("bf16",), width=32, batch_size=32, steps=3, warmup=1)
+    assert torch.get_num_threads() == threads                     # timed on one thread, then restored
     if not r.available:
         assert "Warning" not in r.reason.split(":")[0], r.reason  # a warning is ours to silence, not a reason
         pytest.skip(f"torch.compile (inductor) cannot compile here: {r.reason}")
@@ -145,6 +147,28 @@ def test_compile_under_bf16_autocast_fuses_the_casts_into_its_kernels():
     assert r.fused_cast_kernels["bf16"] > 0 and r.converts["bf16"] > 0
     assert all(ms > 0 and math.isfinite(ms) for ms in r.ms.values())
     assert r.table().column("precision") == ["bf16"]
+    assert r.checks("bf16").all_hold, str(r.checks("bf16"))      # the notebook's verdicts hold here
+
+
+def _compiled(eager_ms, compiled_ms, compile_s, fused=6):
+    return Compiled(True, "", {("bf16", "eager"): eager_ms, ("bf16", "compiled"): compiled_ms}, {"bf16": compile_s},
+                    {"bf16": 15}, {"bf16": 6}, {"bf16": fused}, {"bf16": 29 if fused else 0}, {"bf16": "addmm x3, mm x5"})
+
+
+def test_compile_checks_fail_where_compiling_is_cheap_fast_or_unfused():
+    assert _compiled(0.5, 0.6, 1.2).checks().all_hold
+    assert not _compiled(0.5, 0.6, 0.02).checks()[3]              # 40 steps' worth of compiling: fails
+    assert not _compiled(0.5, 0.1, 1.2).checks()[4] and not _compiled(0.5, 2.0, 1.2).checks()[4]  # 5x, 4x
+    assert not _compiled(0.5, 0.6, 1.2, fused=0).checks()[1]
+
+
+def test_compile_checks_say_why_where_inductor_could_not_compile():
+    r = Compiled(False, "RuntimeError: no C++ compiler", {}, {}, {"bf16": 15}, {}, {}, {}, {})
+    lines = str(r.checks()).splitlines()
+    assert len(lines) == 5 and all(line.startswith("✓") for line in lines)
+    assert all("not compiled here: RuntimeError: no C++ compiler" in line for line in lines[1:])
+    with pytest.raises(ValueError, match="precision"):
+        r.checks("fp16")
 
 
 def test_compile_autocast_refuses_an_unknown_precision_before_compiling():
@@ -163,9 +187,11 @@ def test_sdpa_is_lowered_by_cpu_autocast_and_runs_the_fused_cpu_kernel():
 
 
 def test_inference_mode_with_autocast_agrees_with_fp32_and_tracks_no_gradients():
-    t = inference_agreement(("bf16", "fp16"), train_steps=40)
-    rows = {r[0]: dict(zip(t.columns, r)) for r in t.rows}
+    r = inference_agreement(("bf16", "fp16"), train_steps=40)
+    assert list(r.agreement) == ["fp32", "bf16", "fp16"] and r.agreement["fp32"] == 1.0
     for p, dtype in (("bf16", "bfloat16"), ("fp16", "float16")):
-        assert float(rows[p]["agreement with fp32"].rstrip("%")) >= 95.0
-        assert rows[p]["logits dtype"] == dtype
-        assert rows[p]["requires_grad"] == "False" and rows[p]["inference tensor"] == "True"
+        assert r.agreement[p] >= 0.95 and abs(r.accuracy[p] - r.accuracy["fp32"]) <= 0.05
+        assert r.logits_dtype[p] == dtype
+        assert r.requires_grad[p] is False and r.inference_tensor[p] is True
+    rows = {row[0]: dict(zip(r.table().columns, row)) for row in r.table().rows}
+    assert rows["fp16"]["logits dtype"] == "float16" and rows["fp32"]["agreement with fp32"] == "100.00%"
