@@ -136,6 +136,7 @@ def master_weight_loop(dtype: str = "fp16", scaled: bool | None = None, framewor
     ax.set_title(f"Mixed precision training in {dtype}, {scaled_text}{' -- ' + who if who else ''}\n"
                  "after Micikevicius et al. 2018, Mixed Precision Training, Fig. 1", fontsize=11)
     fig.tight_layout()
+    plt.close(fig)  # shown once, as the cell's value
     return fig
 
 
@@ -225,6 +226,7 @@ def sharding_diagram(world: int = 2, strategy: str = "dp", dtype: str = "bf16", 
     ax.set_title(f"{_ENGINES[plan['strategy']]}, {plan['world']} ranks{more}, {dtype} compute\n"
                  f"{plan['bytes_per_param']:g} bytes of model state per parameter per rank (Adam)", fontsize=10)
     fig.tight_layout()
+    plt.close(fig)  # shown once, as the cell's value
     return fig
 
 

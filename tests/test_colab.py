@@ -17,7 +17,7 @@ from labkit import colab
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-COURSE = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10")  # the plan in DESIGN.md
+COURSE = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11")  # the plan in DESIGN.md
 
 
 class RecordingPip:

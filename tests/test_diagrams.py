@@ -37,6 +37,11 @@ def test_the_loop_names_each_step_and_the_frameworks_calls(framework, dtype, pre
         assert word not in text, word
 
 
+def test_each_figure_is_closed_so_a_notebook_shows_it_once():
+    for fig in (diagrams.master_weight_loop("fp16"), diagrams.sharding_diagram(2, "zero2")):
+        assert not plt.fignum_exists(fig.number)  # the inline backend would draw an open figure a second time
+
+
 def test_bf16_greys_the_scale_box_and_fp16_without_scaling_says_it_is_off():
     grey = [s["label"] for s in diagrams.loop_steps("bf16") if not s["active"]]
     assert grey == ["loss x S"]

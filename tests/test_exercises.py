@@ -11,7 +11,7 @@ import pytest
 from labkit import exercises as ex
 from labkit.exercises import EXERCISES, Feedback, check, exercises, show
 
-NOTEBOOKS = ("00", "01", "02", "03", "04", "05", "06", "09", "10")
+NOTEBOOKS = ("00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11")
 
 
 def _key_texts(key):
@@ -39,6 +39,7 @@ WRONG = [
     ("precision_for_t4", "bf16", "Turing"), ("precision_for_t4", "fp16", "loss scaling"),
     ("precision_for_t4", "fp8", "Ada"), ("precision_for_a100", "fp16 + loss scaling", "exponent range"),
     ("precision_for_a100", "fp32", "Tensor Cores"), ("precision_for_v100", "bf16", "Volta"),
+    ("flax_grad_dtype", "bf16", "seed's claim"), ("flax_grad_dtype", "float16", "Nothing here is float16"),
     ("amp_step_order", ["backward", "clip", "unscale_", "step", "update"], "clips the *scaled* gradients"),
     ("amp_step_order", ["backward", "unscale_", "clip", "update", "step"], "update() before step()"),
     ("amp_step_order", ["backward", "unscale_", "clip", "step"], "never moves"),
@@ -51,6 +52,15 @@ WRONG = [
     ("keras_lso_initial_scale", 2.0**16, "GradScaler"), ("keras_lso_initial_scale", 1.0, "no scaling"),
     ("e2m1_values", 16, "once"), ("e2m1_values", 8, "negative"),
     ("adam_state_bytes_8bit", 2, "block scales"), ("adam_state_bytes_8bit", 2.015625, "own blocks"),
+    ("autocast_state_bytes", 8, "pure bf16"), ("autocast_state_bytes", 20, "master copy"),
+    ("autocast_state_bytes", 14, "weight's dtype"), ("autocast_state_bytes", 12, "all four"),
+    ("mfu_h100_transformer", 25.26, "percentage"), ("mfu_h100_transformer", 3.73, "fp32 peak"),
+    ("mfu_h100_transformer", 0.1263, "sparsity"), ("mfu_h100_transformer", 0.0842, "forward pass only"),
+    ("mfu_h100_transformer", 0.0002526, "1000"), ("mfu_h100_transformer", 0.505, "TF32"),
+    ("zero2_bytes_per_param", 0.25, "stage 3"), ("zero2_bytes_per_param", 4.1875, "stage 1"),
+    ("zero2_bytes_per_param", 16, "stage 0"), ("zero2_bytes_per_param", 0.21875, "bf16 weights"),
+    ("zero2_bytes_per_param", 2.15625, "master weights"), ("zero2_bytes_per_param", 2.25, "gradients are bf16"),
+    ("fsdp2_gather_dtype", "fp32", "before* it gathers"), ("fsdp2_default_reduce_dtype", "fp32", "compute dtype"),
 ]
 
 
@@ -134,6 +144,21 @@ def test_precision_keys_come_from_labkit_hardware():
         fp8 = "fp8" in hardware.example_report(gpu).gpus[0].tensor_core_dtypes
         assert bool(check(f"precision_for_{gpu.lower()}", "fp8")) is fp8
     assert check("precision_for_t4", "FP16 with loss scaling") and check("precision_for_a100", " bfloat16 ")
+
+
+def test_the_gradient_dtype_exercise_follows_a_real_flax_dense_and_not_the_seed():
+    pytest.importorskip("flax")
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    model = nn.Dense(3, dtype=jnp.bfloat16, param_dtype=jnp.float32)  # seed 000's SimpleDense layer
+    x = jnp.ones((2, 5), jnp.bfloat16)
+    params = model.init(jax.random.PRNGKey(1), x)
+    grads = jax.grad(lambda p: model.apply(p, x).astype(jnp.float32).sum())(params)
+    assert {g.dtype.name for g in jax.tree.leaves(grads)} == {"float32"}
+    assert check("flax_grad_dtype", "float32") and check("flax_grad_dtype", "fp32")
+    assert not check("flax_grad_dtype", "bfloat16")
 
 
 def test_gradscaler_exercise_matches_a_real_torch_gradscaler():
@@ -226,6 +251,63 @@ def test_8bit_adam_state_bytes_match_torchao():
     assert all(s.scale.dtype == torch.float32 for s in states)
     assert check("adam_state_bytes_8bit", nbytes / n)
     assert check("adam_state_bytes_fp32", 2 * torch.zeros(1).element_size())
+
+
+def test_the_model_state_exercise_counts_what_a_real_torch_adam_holds_under_autocast():
+    torch = pytest.importorskip("torch")
+    layer = torch.nn.Linear(64, 32)  # fp32 weights: autocast leaves them so
+    opt = torch.optim.Adam(layer.parameters())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = layer(torch.randn(8, 64)).float().square().mean()
+    loss.backward()
+    opt.step()
+    params = list(layer.parameters())
+    n = sum(p.numel() for p in params)
+    nbytes = sum(t.numel() * t.element_size() for p in params
+                 for t in (p, p.grad, opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"]))
+    assert all(p.grad.dtype == torch.float32 for p in params)
+    assert check("autocast_state_bytes", nbytes / n)
+
+
+def test_the_mfu_exercise_follows_labkit_bench_and_the_dense_peak():
+    from labkit import bench
+    from labkit.exercises.training import MFU_STEP
+
+    # an H100 SXM names itself "NVIDIA H100 80GB HBM3" to torch.cuda.get_device_name()
+    assert bench.peak("cuda:0 (NVIDIA H100 80GB HBM3)").chip == bench.peak(MFU_STEP["device"]).chip == "H100 SXM"
+    peak = bench.PEAK_TFLOPS["H100 SXM"]["bf16"] * 1e12  # dense: half the datasheet's 1979 "with sparsity"
+    flops = bench.train_flops("transformer", 256, 1024)
+    mfu = flops / MFU_STEP["seconds"] / peak
+    assert 0 < mfu < 1 and check("mfu_h100_transformer", mfu) and check("mfu_h100_transformer", round(mfu, 3))
+    assert "sparsity" in check("mfu_h100_transformer", flops / MFU_STEP["seconds"] / (2 * peak)).message
+
+
+def test_the_zero_exercise_agrees_with_the_zero_formula_of_each_stage():
+    pytest.importorskip("torch")  # labkit.train.torch imports torch
+    from labkit.exercises.training import ZERO_RANKS
+    from labkit.train.torch.deepspeed_config import zero_memory
+
+    per_rank = {s: zero_memory(10**6, ZERO_RANKS, s)["total"] / 10**6 for s in range(4)}
+    assert check("zero2_bytes_per_param", per_rank[2])
+    for stage, words in ((0, "stage 0"), (1, "stage 1"), (3, "stage 3")):
+        assert words in check("zero2_bytes_per_param", per_rank[stage]).message
+
+
+def test_the_fsdp2_exercises_follow_torchs_fully_shard_source():
+    pytest.importorskip("torch")
+    import inspect
+
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives
+    from torch.distributed.fsdp._fully_shard._fsdp_param import FSDPParam
+
+    gather = inspect.getsource(FSDPParam.all_gather_inputs.fget)
+    assert "_to_dtype_if_needed(sharded_param_data, self.param_dtype)" in gather  # cast, then gather
+    assert check("fsdp2_gather_dtype", "bf16") and not check("fsdp2_gather_dtype", "fp32")
+    assert MixedPrecisionPolicy().reduce_dtype is None
+    assert "reduction\n            uses the compute dtype" in MixedPrecisionPolicy.__doc__
+    assert "reduce_dtype = reduce_dtype or grad_dtype" in inspect.getsource(_fsdp_collectives.foreach_reduce)
+    assert check("fsdp2_default_reduce_dtype", "bf16") and not check("fsdp2_default_reduce_dtype", "fp32")
 
 
 def test_bad_input_raises_and_names_what_is_allowed():

@@ -20,6 +20,7 @@ from labkit.exercises.core import (
 )
 from labkit.exercises.numbers import gradient_sample
 from labkit.exercises.training import AMP_ORDER, BLOCK_8BIT, SCALE_BYTES, mx_dequantize
+from labkit.exercises import clinic as _clinic  # noqa: F401 -- registers notebook 11's exercises
 
 __all__ = ["AMP_CALLS", "AMP_ORDER", "BLOCK_8BIT", "EXERCISES", "KINDS", "PRECISION_ANSWERS", "SCALE_BYTES", "Exercise",
            "Feedback", "Hint", "check", "exercises", "get", "gradient_sample", "mx_dequantize", "register", "show"]

@@ -1,4 +1,5 @@
-"""Exercises on training choices: precision per GPU (00, 06), the AMP step's order (04, 05),
+"""Exercises on training choices: precision per GPU (00, 06), a gradient's dtype (06), the AMP step's order (04, 05),
+model-state bytes and MFU (07), ZeRO's bytes per rank and FSDP2's collective dtypes (08),
 MX block scaling (09) and optimizer-state bytes (10).
 
 The precision keys come from `labkit.hardware.advise` on `labkit.hardware.example_report` (the
@@ -59,7 +60,7 @@ def _precision_hints(name: str) -> tuple[Hint, ...]:
              lambda a, k: f"fp16 runs on {name} too, but bf16 is as fast there and has fp32's exponent range: "
                           "no loss scale to manage."),
         Hint(lambda a, k: a == "fp32" and "fp32" not in k,
-             lambda a, k: f"fp32 is always safe, but {gpu_text()} has 16-bit Tensor Cores: fp32 leaves their "
+             lambda a, k: f"fp32 is always safe, but the {gpu_text()[4:]} has 16-bit Tensor Cores: fp32 leaves their "
                           "speed, and half the activation memory, unused."),
         Hint(lambda a, k: a != "fp32" and "fp32" in k,
              lambda a, k: f"{gpu_text()} has no Tensor Cores that 16-bit training would use."),
@@ -76,6 +77,37 @@ for _name, _notebooks in (("T4", ("00",)), ("A100", ("00",)), ("V100", ("06",)),
         why=f"labkit.hardware.advise() says {next(iter(_precision_key(_name) - {'fp8'}))} for the {_name}" + (
             "; its fp8 Tensor Cores also train the matmuls in fp8 (torchao.float8, Transformer Engine), the "
             "rest in bf16." if "fp8" in _precision_key(_name) else ".")))
+
+# -- 06: the dtype of a gradient --------------------------------------------------------------------
+_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _flax_grad_dtype() -> frozenset:
+    """The dtype jax.grad gives the kernel of seed 000's layer: Flax nn.Dense(dtype=bfloat16, param_dtype=float32)."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    layer = nn.Dense(2, dtype=jnp.bfloat16, param_dtype=jnp.float32)
+    x = jax.ShapeDtypeStruct((3, 4), jnp.bfloat16)  # traced, not run: eval_shape gives the dtypes in milliseconds
+    params = jax.eval_shape(lambda x: layer.init(jax.random.PRNGKey(0), x), x)
+    grads = jax.eval_shape(jax.grad(lambda p, x: layer.apply(p, x).astype(jnp.float32).sum()), params, x)
+    return frozenset({_DTYPE_NAMES[grads["params"]["kernel"].dtype.name]})
+
+
+register(Exercise(
+    "flax_grad_dtype", ("06",),
+    "Seed 000's layer is nn.Dense(features, dtype=jnp.bfloat16, param_dtype=jnp.float32). In which dtype does "
+    "jax.grad return the gradient of a float32 loss with respect to its kernel? ('float32' and 'bfloat16' work too.)",
+    "precision", _flax_grad_dtype, accepts=lambda a, k: a in k,
+    hints=(
+        Hint(lambda a, k: a == "bf16" and a not in k,
+             "That is the seed's claim. bfloat16 is the dtype of the backward *computation*; the backward pass of the "
+             "layer's cast (astype(bfloat16)) casts the gradient back to the dtype of what was cast: the parameter."),
+        Hint(lambda a, k: a.startswith("fp16"), "Nothing here is float16: the layer computes in bfloat16."),
+    ),
+    otherwise="Not a dtype that appears in this layer: it stores its kernel in one dtype and computes in another.",
+    why="a gradient has its parameter's dtype: float32 here, so optax updates the float32 master weights directly."))
 
 # -- 04 / 05: the order of an AMP step ---------------------------------------------------------------
 AMP_ORDER = tuple(AMP_CALLS)
@@ -284,5 +316,171 @@ register(Exercise(
     ),
     why="2 x (1 + 4/256) = 2.03125: about a quarter of fp32 Adam's 8 bytes (bitsandbytes keeps fp32 states for "
         "tensors under 4096 values, torchao for those under 4096 or not divisible by the block)."))
+
+# -- 07: what a step holds, and how busy it keeps the chip --------------------------------------------
+
+
+def _autocast_state_bytes() -> float:
+    from labkit.memory import model_state_bytes
+
+    return float(model_state_bytes(1, "bf16", "adam")["total"])  # labkit's "bf16": autocast, fp32 weights
+
+
+def _state_bytes(precision: str) -> float:
+    from labkit.memory import model_state_bytes
+
+    return float(model_state_bytes(1, precision, "adam")["total"])
+
+
+register(Exercise(
+    "autocast_state_bytes", ("07",),
+    "You train with bf16 autocast and Adam (PyTorch's torch.autocast, Keras' mixed_bfloat16 policy, Flax with "
+    "param_dtype=float32). How many bytes per parameter do the model states take -- weights, gradients and "
+    "Adam's m and v, activations left out? (labkit.memory.model_state_bytes counts them.)",
+    "number", _autocast_state_bytes,
+    hints=(
+        Hint(lambda a, k: a == _state_bytes("bf16-pure"),
+             "That halves everything: pure bf16, where weights, gradients and Adam's moments are all bf16. Under "
+             "autocast the weights stay fp32, and so do their gradients and Adam's moments."),
+        Hint(lambda a, k: a == k + 4,
+             "That counts an fp32 master copy besides the weights, as seed 004's rows do. Under autocast the fp32 "
+             "weights *are* the master copy: there is no other."),
+        Hint(lambda a, k: a == k + 2,
+             "That adds a 16-bit copy of the weights. Autocast makes those copies during the step (notebook 07 "
+             "counts them beside the states); they are not kept as model state."),
+        Hint(lambda a, k: a == k - 2,
+             "A gradient takes its weight's dtype: the weights are fp32, so their gradients are fp32 too, not bf16."),
+        Hint(lambda a, k: a == k - 4,
+             "Count all four: the weight, its gradient, and Adam's two moments m and v."),
+        Hint(lambda a, k: a == k + 8,
+             "That is seed 004's fp32 total, which gives Adam twice the bytes its m and v take."),
+    ),
+    otherwise="Count four tensors per parameter -- weight, gradient, m, v -- each in the dtype autocast leaves it.",
+    why="fp32 weights (4) + fp32 gradients (4) + Adam's m and v (8), as in fp32 training: autocast saves memory in "
+        "the activations, not in the model states."))
+
+MFU_STEP = {"model": "transformer", "batch_size": 256, "width": 1024, "seconds": 0.010, "device": "NVIDIA H100 SXM",
+            "precision": "bf16"}
+"""The step of the MFU exercise (07): the GPU size of notebook 07's transformer, timed on an H100 SXM."""
+
+
+def _mfu() -> float:
+    from labkit import bench
+
+    s = MFU_STEP
+    flops = bench.train_flops(s["model"], s["batch_size"], s["width"])
+    return flops / s["seconds"] / (bench.peak_tflops(s["device"], s["precision"]) * 1e12)
+
+
+def _near(a: float, b: float, rel: float = 0.01) -> bool:
+    return math.isfinite(a) and math.isclose(a, b, rel_tol=rel)
+
+
+register(Exercise(
+    "mfu_h100_transformer", ("07",),
+    "One bf16 training step of the course's transformer at d_model 1024, batch 256 (notebook 07's GPU size) takes "
+    "10 ms on an NVIDIA H100 SXM. What is its MFU, as a fraction from 0 to 1? (labkit.bench.train_flops counts a "
+    "step's FLOPs; labkit.bench.peaks_table() lists the dense peaks. Within 1% is right.)",
+    "number", _mfu, rel_tol=0.01,
+    hints=(
+        Hint(lambda a, k: _near(a, 100 * k), "That looks like a percentage: give MFU as a fraction (0.5, not 50)."),
+        Hint(lambda a, k: _near(a, 1000 * k) or _near(a, k / 1000),
+             "Off by a factor of 1000: the step takes 10 milliseconds, and a TFLOP/s is 1e12 FLOP per second."),
+        Hint(lambda a, k: a > 1,
+             "More than the chip can do: did you divide by its fp32 peak (no tensor cores)? A bf16 step is measured "
+             "against the chip's bf16 peak."),
+        Hint(lambda a, k: _near(a, k / 2),
+             "Half of it: either you divided by the datasheet's figure 'with sparsity' (twice the dense peak that "
+             "MFU uses), or you counted multiply-adds as one FLOP (a multiply-add is 2; train_flops counts FLOPs)."),
+        Hint(lambda a, k: _near(a, k / 3),
+             "That counts the forward pass only: a training step is about 3x the forward's FLOPs (backward does two "
+             "matmuls for each forward one)."),
+        Hint(lambda a, k: _near(a, 2 * k),
+             "Twice too high: did you divide by the TF32 peak? A bf16 run is measured against the bf16 peak."),
+    ),
+    otherwise="MFU = the step's FLOPs / its time in seconds / the dense peak for the run's precision (in FLOP/s).",
+    why="train_flops / 0.010 s is about a quarter of the H100 SXM's dense bf16 peak: a typical MFU for a model this "
+        "small; large transformers reach 0.4-0.6."))
+
+
+# -- 08: what each rank holds, and what the collectives move -------------------------------------------
+
+
+def _plan(*args, **kwargs) -> dict:
+    from labkit.diagrams import sharding_plan
+
+    return sharding_plan(*args, **kwargs)
+
+
+def _collective_dtype(strategy: str, op: str, reduce_dtype: str | None) -> str:
+    return next(c["dtype"] for c in _plan(2, strategy, "bf16", reduce_dtype)["collectives"] if c["op"] == op)
+
+
+ZERO_RANKS = 64
+"""Ranks of the ZeRO exercise (08)."""
+
+
+def _zero_bytes(strategy: str) -> float:
+    return float(_plan(ZERO_RANKS, strategy, "bf16")["bytes_per_param"])
+
+
+def _mixed_total() -> float:
+    from labkit.memory import model_state_bytes
+
+    return float(model_state_bytes(1, "mixed", "adam")["total"])
+
+
+register(Exercise(
+    "zero2_bytes_per_param", ("08",),
+    f"DeepSpeed trains with mixed-precision Adam: bf16 weights and gradients, fp32 master weights, fp32 m and v -- "
+    f"16 bytes per parameter in all. Under ZeRO stage 2 on {ZERO_RANKS} ranks, how many bytes of model state per "
+    f"parameter does each rank hold? (labkit.diagrams.sharding_plan counts them.)",
+    "number", lambda: _zero_bytes("zero2"), rel_tol=1e-9,
+    hints=(
+        Hint(lambda a, k: a == _mixed_total() / ZERO_RANKS,
+             "That shards everything, the 16-bit weights included: ZeRO stage 3 (or FSDP). Stages 1 and 2 keep "
+             "every rank's full copy of the bf16 weights."),
+        Hint(lambda a, k: a == _mixed_total(), "That is plain data parallelism (stage 0): nothing is sharded."),
+        Hint(lambda a, k: a == _zero_bytes("zero1"),
+             "That is stage 1, which shards the master weights and Adam's states; stage 2 shards the gradients too."),
+        Hint(lambda a, k: a == k - 2, "Count the bf16 weights: every rank keeps all of them under stage 2."),
+        Hint(lambda a, k: a == k - 4 / ZERO_RANKS,
+             "Count the fp32 master weights: DeepSpeed keeps them besides the bf16 weights, sharded from stage 1."),
+        Hint(lambda a, k: a == k + 2 / ZERO_RANKS,
+             "The gradients are bf16 here, not fp32: DeepSpeed casts the whole model to bf16, gradients included."),
+    ),
+    otherwise="Go state by state: which of weights, gradients, master weights and m/v does stage 2 split into "
+              "1/N shards, and which does every rank keep whole?",
+    why=f"2 (bf16 weights, whole) + (2 gradients + 4 master + 8 m and v) / {ZERO_RANKS}: stage 2 shards everything "
+        "but the 16-bit weights."))
+
+register(Exercise(
+    "fsdp2_gather_dtype", ("08",),
+    "FSDP2 with MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32): each rank stores its "
+    "parameter shards in fp32. In which dtype does the all-gather before a layer's forward pass move the parameters? "
+    "Answer 'fp32', 'bf16' or 'fp16'.",
+    "precision", lambda: frozenset({_collective_dtype("fsdp", "all-gather", "fp32")}), accepts=lambda a, k: a in k,
+    hints=(
+        Hint(lambda a, k: a == "fp32",
+             "The shards are stored in fp32, but FSDP2 casts each shard to param_dtype *before* it gathers "
+             "(FSDPParam.all_gather_inputs): half the bytes. reduce_dtype is for the gradients."),
+        Hint(lambda a, k: a.startswith("fp16") or a == "fp8", "No fp16 or fp8 appears in this policy."),
+    ),
+    why="FSDP2 casts each fp32 shard to param_dtype, then all-gathers it: bf16, 2 bytes per element (this "
+        "notebook's JAX example gathers fp32 and casts after: twice the bytes)."))
+
+register(Exercise(
+    "fsdp2_default_reduce_dtype", ("08",),
+    "Now MixedPrecisionPolicy(param_dtype=torch.bfloat16) with reduce_dtype left at its default, None. In which "
+    "dtype are the gradients reduce-scattered? Answer 'fp32', 'bf16' or 'fp16'.",
+    "precision", lambda: frozenset({_collective_dtype("fsdp", "reduce-scatter", None)}), accepts=lambda a, k: a in k,
+    hints=(
+        Hint(lambda a, k: a == "fp32",
+             "None does not mean fp32: MixedPrecisionPolicy's docstring says the reduction then uses the compute "
+             "dtype. Ask for reduce_dtype=torch.float32 to sum the gradients in fp32."),
+        Hint(lambda a, k: a.startswith("fp16") or a == "fp8", "No fp16 or fp8 appears in this policy."),
+    ),
+    why="reduce_dtype=None reduces in the compute dtype, bf16 (foreach_reduce takes reduce_dtype or the gradient's "
+        "dtype): 8 significant bits for the sum, unless you ask for fp32."))
 
 __all__ = ["AMP_ORDER", "BLOCK_8BIT", "SCALE_BYTES", "mx_dequantize"]

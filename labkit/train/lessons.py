@@ -150,5 +150,27 @@ class NanHunt:
     notice: str  # what the library printed besides the error ("" if nothing)
     after_restore: str  # what the same compiled function does once the flag is off again
 
+    def __post_init__(self):
+        for name in ("framework", "flag", "planted", "exception", "message", "headline", "op", "notice",
+                     "after_restore"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a string (text); got {type(value).__name__} {shown(value)}")
+
+    def __str__(self) -> str:
+        """The parts that read the same on every machine with this library version: the headline, not the
+        full message (TensorFlow's goes on with the stack that created the op, in this machine's paths),
+        the framework's name without its version, and each line of the notice once."""
+        notice = list(dict.fromkeys(line.strip() for line in self.notice.splitlines() if line.strip()))
+        rows = [("planted", self.planted), *(("printed", line) for line in notice),
+                ("raised", f"{self.exception}: {self.headline}")]
+        if self.message.strip() != self.headline.strip():
+            rows.append(("", "(the full text, with its stack trace, is .message)"))
+        rows += [("op", self.op or "(not named)"), ("flag off", f"the same compiled function {self.after_restore}")]
+        name = self.framework.split(" ")[0] if self.framework.strip() else "?"
+        return "\n".join([f"NaN hunt in {name}: {self.flag}"] + [f"{label:<10}{text}" for label, text in rows])
+
+    __repr__ = __str__
+
 
 __all__ = ["GradientError", "NanHunt", "gradient_error", "gradient_error_table", "moved_fraction"]

@@ -47,3 +47,34 @@ def test_find_nan_refuses_an_unknown_plant():
         nans.find_nan("sqrt")
     with pytest.raises(TypeError, match="planted must be one of"):
         nans.find_nan(1)
+
+
+def test_a_nan_hunt_prints_the_parts_every_machine_shares():
+    from labkit.train.lessons import NanHunt
+
+    hunt = NanHunt("tensorflow 2.21.0", "tf.debugging.enable_check_numerics()", "tf.math.log(x)",
+                   "InvalidArgumentError", 'Graph execution error:\n!!! op "Log" !!!\n  + /home/me/x.py (L3) f',
+                   '!!! op "Log" !!!', "Log", "notice\nnotice", "raises InvalidArgumentError")
+    text = str(hunt)
+    assert text.splitlines()[0] == "NaN hunt in tensorflow: tf.debugging.enable_check_numerics()"
+    assert "raised    InvalidArgumentError: !!! op \"Log\" !!!" in text and "op        Log" in text
+    assert "/home/me" not in text and "2.21.0" not in text  # no paths, no version: the same text everywhere
+    assert text.count("printed   notice") == 1  # a notice printed twice is shown once
+    assert "flag off  the same compiled function raises InvalidArgumentError" in text and repr(hunt) == text
+    with pytest.raises(TypeError, match="op must be a string"):
+        NanHunt("jax", "f", "p", "E", "m", "h", None, "", "returns nan")
+
+
+def test_tf_find_nan_writes_nothing_besides_its_result(capfd, caplog):
+    pytest.importorskip("tensorflow")
+    import logging
+
+    from labkit.train.tf import nans
+
+    caplog.set_level(logging.INFO, logger="tensorflow")  # as a notebook kernel may log
+    capfd.readouterr()
+    hunt = nans.find_nan("log")
+    out, err = capfd.readouterr()
+    assert hunt.op == "Log"
+    assert "check-numerics" not in out + err and "Detected Infinity" not in out + err  # no log lines, no stack
+    assert not [r for r in caplog.records if "check-numerics callback" in r.getMessage()]

@@ -139,3 +139,57 @@ def test_autocast_speed_check_claims_no_speedup_only_where_emulated():
 def test_autocast_speed_refuses_bad_input(kwargs, error):
     with pytest.raises(error):
         C.autocast_speed(**kwargs)
+
+
+NOT_PORTABLE = ("bf16-grad-accumulation", "deepspeed-min-scale", "cpu-slower")
+
+
+def test_exactly_the_machine_dependent_entries_carry_a_verdict_that_holds_here(ran):
+    from labkit import checks
+
+    assert tuple(e.name for e in C.ENTRIES if not e.portable) == NOT_PORTABLE
+    for name in C.NAMES:
+        verdict = ran[name].verdict
+        if name in NOT_PORTABLE:
+            assert isinstance(verdict, (checks.Check, checks.Report)), name
+            assert (verdict.all_hold if isinstance(verdict, checks.Report) else verdict.holds), str(verdict)
+            assert str(verdict).startswith("✓ ") and "\n✗" not in str(verdict)
+        else:
+            assert verdict is None, name
+
+
+def test_the_verdicts_check_the_figures_the_case_printed(ran):
+    accumulation = ran["bf16-grad-accumulation"]
+    printed = float(re.search(r"N=256: ([0-9.e+-]+)", accumulation.message).group(1))  # 2 digits
+    checked = float(re.search(r"\(here: ([0-9.e+-]+)\)", str(accumulation.verdict).splitlines()[0]).group(1))
+    assert float(f"{checked:.2g}") == printed  # the same measurement, not a second one
+    speed = ran["cpu-slower"]
+    ratio = re.search(r"\(([0-9.]+)x fp32's time\)", speed.message).group(1)
+    assert f"{ratio}x fp32's time" in str(speed.verdict)
+    deepspeed = ran["deepspeed-min-scale"]
+    assert "stops at step 18" in str(deepspeed.verdict)
+    assert "'Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.'" in str(
+        deepspeed.verdict)
+    assert ("deepspeed " if DEEPSPEED else "DeepSpeed is not installed") in str(deepspeed.verdict)
+
+
+def test_an_entry_that_is_not_portable_needs_a_verdict_and_a_case_takes_only_checks():
+    entry = C.case("fp16-params")
+    with pytest.raises(ValueError, match="give it a verdict"):
+        C.Entry("x", "s", "e", "t", "f", "w", entry.run_trigger, entry.run_fix, portable=False)
+    with pytest.raises(TypeError, match="verdict must be None or a function"):
+        C.Entry("x", "s", "e", "t", "f", "w", entry.run_trigger, entry.run_fix, verdict="✓ yes")
+    with pytest.raises(TypeError, match="verdict must be None or a labkit.checks Check"):
+        C.Case("x", "t()", "m", "f()", "ok", "because", verdict="✓ yes")
+
+
+def test_a_case_renders_as_a_table_with_its_texts_verbatim_and_escaped():
+    case = C.Case("x", "a < b", "ValueError: <boom>\n  second line", "f(x) & g(x)", "ok\nok too", "because",
+                  reproduced=False)
+    page = case._repr_html_()
+    for label in ("trigger", "message", "fix", "output", "why"):
+        assert f">{label}</th>" in page
+    assert "<pre" in page and "ValueError: &lt;boom&gt;\n  second line</pre>" in page  # line breaks kept
+    assert "a &lt; b" in page and "f(x) &amp; g(x)" in page and "ok\nok too</pre>" in page
+    assert "did not reproduce" in page
+    assert "did not reproduce" not in C.Case("x", "t", "m", "f", "o", "w")._repr_html_()

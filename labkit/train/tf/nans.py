@@ -15,10 +15,12 @@ shows it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 
 from labkit._validate import choice
-from labkit.hardware.detect import TF_STARTUP_NOISE, quiet_native_logs
+from labkit.hardware.detect import quiet_native_logs
 from labkit.train.lessons import NanHunt
 from labkit.train.tf.models import tf
 
@@ -28,12 +30,28 @@ PLANTS = {"log": "tf.math.log(x) with x = -1.0, inside a tf.function",
 
 
 def _call(fn, x):
+    # Everything native code writes meanwhile is dropped: the runtime logs the same check-numerics
+    # error again (with a timestamp, "Local rendezvous is aborting with status: INVALID_ARGUMENT"),
+    # once absl's logging has been initialised -- by JAX's import, say -- and the error is returned.
     try:
-        with quiet_native_logs(TF_STARTUP_NOISE, log_level=None):
+        with quiet_native_logs(None, log_level=None):
             value = fn(x)
         return f"returns {float(value):g}", None
     except tf.errors.InvalidArgumentError as err:
         return f"raises {type(err).__name__}", err
+
+
+@contextlib.contextmanager
+def _quiet_info():
+    """TensorFlow logs "Enabled/Disabled check-numerics callback in thread MainThread" at INFO (seen where
+    the process logs INFO, as a notebook kernel may): its logger stays at WARNING for the switch."""
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def find_nan(planted: str = "log") -> NanHunt:
@@ -52,11 +70,12 @@ def find_nan(planted: str = "log") -> NanHunt:
         return y * 2.0 + 1.0
 
     x = tf.constant(-1.0)
-    tf.debugging.enable_check_numerics()
-    try:
-        _, err = _call(f, x)
-    finally:
-        tf.debugging.disable_check_numerics()
+    with _quiet_info():
+        tf.debugging.enable_check_numerics()
+        try:
+            _, err = _call(f, x)
+        finally:
+            tf.debugging.disable_check_numerics()
     if err is None:
         raise AssertionError("check-numerics did not raise on a planted NaN")  # pragma: no cover - TF changed
     after, _ = _call(f, x)

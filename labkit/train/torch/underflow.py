@@ -189,15 +189,16 @@ def _train(name: str, net: nn.Module, data, steps: int, batch_size: int, lr: flo
     return UnderflowRun(name, *(np.array(v) for v in (losses, flushed, below, scales)), grad_dtype)
 
 
-def underflow_runs(steps: int = 100, *, depth: int = 16, width: int = 64, batch_size: int = 512,
-                   lr: float = 1e-3, seed: int = 0) -> UnderflowRuns:
+def underflow_runs(steps: int = 60, *, depth: int = 16, width: int = 64, batch_size: int = 512,
+                   lr: float = 2e-3, seed: int = 0) -> UnderflowRuns:
     """The four runs of `RUNS` on the digits: the same `deep_mlp` weights (from `seed`), the same
     mini-batches of `batch_size`, Adam at `lr` (torch's defaults otherwise) for `steps` steps, on the CPU.
 
     Per step it records the loss, the share of the hidden activations' gradient elements that are exactly
     zero and that are at most 2**-25 times the loss scale (the real gradients, read by hooks on each ReLU's
-    output), and GradScaler's scale. The defaults (16 layers of 64, batch 512, 100 steps) take a few seconds
-    for all four on a CPU; see the module docstring for why fp16's gradients underflow there. Nothing is
+    output), and GradScaler's scale. The defaults (16 layers of 64, batch 512, 60 steps of Adam at 2e-3) take a
+    few seconds for all four on a CPU with native bf16, 10-20 s capped to AVX2 (there fp16 and bf16 matmuls run
+    torch's generic kernels); see the module docstring for why fp16's gradients underflow there. Nothing is
     stored: every figure is measured here. Torch's global state (its random generator, autocast, the fp32
     matmul precision, which is "highest" during the runs, and its thread count, which is 1: matmuls this
     small only lose from threads) is left as it was.
@@ -272,8 +273,10 @@ def underflow_checks(result: UnderflowRuns):
     * with GradScaler at most 1% are, and in bf16 at most 1% are (its range is fp32's);
     * fp16 without a scaler ends at least 1.1x above fp32's loss; with GradScaler, and in bf16 without
       one, at most 1.1x fp32's (`UnderflowRun.final_loss`; these need enough steps for fp32 to learn: the
-      default 100). One-sided, with margin: a deep net's escape from its first plateau moves by a few steps
-      with the last bits of the kernels (seeds 0-2 here: GradScaler 0.99-1.03x fp32's loss, bf16 0.90-1.01x).
+      defaults, 60 steps at lr 2e-3). One-sided, with margin: a deep net's escape from its first plateau moves
+      by a few steps with the last bits of the kernels (seeds 0-3, natively on an AVX512-BF16 CPU and capped to
+      AVX2 on one thread: fp16 without a scaler 1.20-1.33x fp32's loss, GradScaler 0.96-1.01x, bf16
+      0.95-1.01x; the earlier defaults, 100 steps at 1e-3, take 5/3 as long for the same verdicts).
 
     >>> mk = lambda name, loss, flushed, below, dtype: UnderflowRun(name, np.array([2.3, loss]), np.array(
     ...     [flushed] * 2), np.array([below] * 2), np.array([65536.0] * 2), dtype)

@@ -7,6 +7,7 @@ warns, so a ``Case`` shows the text of the torch (or DeepSpeed) installed here.
 
 from __future__ import annotations
 
+import html
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -26,7 +27,12 @@ class Case:
     """What one clinic entry printed here: the trigger, the library's own `message`, the fix and
     its `fixed_output`, and `why`. ``reproduced``: the message holds the entry's stable substring
     (False means this library version no longer fails that way). ``versions``: the libraries that
-    printed it (kept out of ``str()``, so the printed case reads the same on every machine)."""
+    printed it (kept out of ``str()``, so the printed case reads the same on every machine).
+    ``verdict``: for an entry whose figures are this machine's (``Entry.portable`` False), the
+    `labkit.checks` line(s) that read the same wherever the lesson holds; None otherwise.
+
+    It prints as labelled lines (``str()``) and renders in a notebook as a table (``_repr_html_``),
+    the message and the fix's output kept verbatim, line breaks and all."""
 
     name: str
     trigger: str
@@ -36,10 +42,16 @@ class Case:
     why: str
     reproduced: bool = True
     versions: str = ""
+    verdict: object = None
 
     def __post_init__(self):
+        from labkit.checks import Check, Report
+
         _texts(self, ("name", "trigger", "message", "fix", "fixed_output", "why", "versions"))
         _flag("reproduced", self.reproduced)
+        if self.verdict is not None and not isinstance(self.verdict, (Check, Report)):
+            raise TypeError(f"verdict must be None or a labkit.checks Check or Report; got "
+                            f"{type(self.verdict).__name__} {shown(self.verdict)}")
 
     def __str__(self) -> str:
         def block(label: str, text: str) -> str:
@@ -53,14 +65,33 @@ class Case:
 
     __repr__ = __str__
 
+    def _repr_html_(self) -> str:
+        esc = html.escape
+        left = "text-align:left;vertical-align:top;padding:2px 8px"
+        pre = "white-space:pre-wrap;word-break:normal;overflow-wrap:break-word;margin:0;padding:2px 6px;" \
+              "border-left:3px solid {}"
+
+        def row(label: str, body: str) -> str:
+            return f'<tr><th style="{left}">{label}</th><td style="{left}">{body}</td></tr>'
+
+        mark = " <i>(did not reproduce with this version)</i>" if not self.reproduced else ""
+        return (f'<div><b><code>{esc(self.name)}</code></b>{mark}<table style="margin-left:0">'
+                + row("trigger", f"<code>{esc(self.trigger)}</code>")
+                + row("message", f'<pre style="{pre.format("#cf222e")}">{esc(self.message)}</pre>')
+                + row("fix", f"<code>{esc(self.fix)}</code>")
+                + row("output", f'<pre style="{pre.format("#1a7f37")}">{esc(self.fixed_output)}</pre>')
+                + row("why", esc(self.why)) + "</table></div>")
+
 
 @dataclass(frozen=True)
 class Entry:
     """One error of the clinic: `symptom` (what a learner sees), `expect` (the stable part of the
     library's message, which the trigger's message must hold), the `trigger` and `fix` as one line of
     code each, and `why`. ``portable``: False when the printed figures depend on this machine's
-    kernels or clock (a notebook tags that cell ``nbval-ignore-output``). ``run()`` calls the real
-    library and returns the `Case`."""
+    kernels or clock (a notebook tags that cell ``nbval-ignore-output``); such an entry has a
+    `verdict`, a function of no arguments that returns the `labkit.checks` line(s) checking its
+    lesson on the figures the run just printed (the notebook's next cell shows ``case.verdict``).
+    ``run()`` calls the real library and returns the `Case`."""
 
     name: str
     symptom: str
@@ -71,6 +102,7 @@ class Entry:
     run_trigger: Callable[[], str] = field(repr=False, compare=False)
     run_fix: Callable[[], str] = field(repr=False, compare=False)
     portable: bool = True
+    verdict: Callable[[], object] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         _texts(self, ("name", "symptom", "expect", "trigger", "fix", "why"))
@@ -79,11 +111,19 @@ class Entry:
                 raise TypeError(f"{name} must be a function of no arguments returning text; got "
                                 f"{type(getattr(self, name)).__name__} {shown(getattr(self, name))}")
         _flag("portable", self.portable)
+        if self.verdict is not None and not callable(self.verdict):
+            raise TypeError(f"verdict must be None or a function of no arguments returning a labkit.checks Check "
+                            f"or Report; got {type(self.verdict).__name__} {shown(self.verdict)}")
+        if not self.portable and self.verdict is None:
+            raise ValueError(f"entry {self.name!r} is not portable (its figures are this machine's): give it a "
+                             "verdict, the check that reads the same wherever its lesson holds")
 
     def run(self) -> Case:
+        """Trigger, then fix, then (for an entry that is not portable) the verdict on what they printed."""
         message = self.run_trigger()
-        return Case(self.name, self.trigger, message, self.fix, self.run_fix(), self.why,
-                    self.expect in message, versions())
+        fixed = self.run_fix()
+        return Case(self.name, self.trigger, message, self.fix, fixed, self.why, self.expect in message, versions(),
+                    None if self.verdict is None else self.verdict())
 
 
 def _texts(record, fields) -> None:

@@ -4,6 +4,7 @@ by autograd's anomaly mode, and mixed precision that is slower than fp32 (`autoc
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import statistics
 import time
@@ -43,7 +44,19 @@ def _quiet_deepspeed():
             os.environ.pop("DS_ACCELERATOR", None)
 
 
-def _deepspeed_min_scale() -> str:
+@dataclass(frozen=True)
+class _Stop:
+    step: int  # the step whose overflow raised, counted from 1
+    scale: float  # the scale then: min_loss_scale
+    ours: str  # labkit's ScalerStopped, "Type: text"
+    theirs: str | None  # DeepSpeed's own, "Type: text"; None where DeepSpeed is not installed
+    version: str | None  # DeepSpeed's version, where installed
+
+
+@functools.cache
+def _deepspeed_stop() -> _Stop | None:
+    """Every step overflowing from the fp16 config's defaults: labkit's replay until it stops, then the real
+    ``DynamicLossScaler`` in the state the replay reached (once per process: the case and its verdict read it)."""
     from labkit import scaling
     from labkit.train.torch.deepspeed_config import deepspeed_installed
 
@@ -55,12 +68,9 @@ def _deepspeed_min_scale() -> str:
     except scaling.ScalerStopped as stop:
         ours = f"{type(stop).__name__}: {stop}"
     else:
-        return "(labkit's DeepSpeed scaler did not stop)"
-    lines = [f"labkit.scaling.DeepSpeedLossScaler, every step overflowing from 2**16: stopped at step {steps + 1} "
-             f"(scale {scaler.loss_scale:g} = min_loss_scale, hysteresis used up):", "  " + ours]
+        return None
     if not deepspeed_installed():
-        missing = "DeepSpeed is not installed here (pip install 'labkit[deepspeed]'): no message of its own"
-        return "\n".join(lines + [missing])
+        return _Stop(steps + 1, scaler.loss_scale, ours, None, None)
     import importlib.metadata as md
 
     with _quiet_deepspeed():
@@ -70,9 +80,33 @@ def _deepspeed_min_scale() -> str:
         real = DynamicLossScaler(init_scale=scaler.loss_scale, scale_window=1000, min_scale=1, delayed_shift=2,
                                  consecutive_hysteresis=False)
         real.cur_hysteresis = scaler.hysteresis
-        text = raised(lambda: real.update_scale(True))
-    return "\n".join(lines + [f"deepspeed {md.version('deepspeed')} DynamicLossScaler.update_scale(overflow=True) "
-                              "in that state:", "  " + text])
+        theirs = raised(lambda: real.update_scale(True))
+    return _Stop(steps + 1, scaler.loss_scale, ours, theirs, md.version("deepspeed"))
+
+
+def _deepspeed_min_scale() -> str:
+    stop = _deepspeed_stop()
+    if stop is None:
+        return "(labkit's DeepSpeed scaler did not stop)"
+    lines = [f"labkit.scaling.DeepSpeedLossScaler, every step overflowing from 2**16: stopped at step {stop.step} "
+             f"(scale {stop.scale:g} = min_loss_scale, hysteresis used up):", "  " + stop.ours]
+    if stop.theirs is None:
+        return "\n".join(lines + ["DeepSpeed is not installed here (pip install 'labkit[deepspeed]'): no message "
+                                  "of its own"])
+    return "\n".join(lines + [f"deepspeed {stop.version} DynamicLossScaler.update_scale(overflow=True) in that state:",
+                              "  " + stop.theirs])
+
+
+def _deepspeed_verdict():
+    """Holds wherever the replay stops with DeepSpeed's words and DeepSpeed, where installed, raises the same."""
+    from labkit import checks
+
+    stop = _deepspeed_stop()
+    words = stop.ours.split(": ", 1)[1] if stop else "(no stop)"
+    same = stop is not None and (stop.theirs is None or stop.theirs.split(": ", 1)[-1] == words)
+    return checks.that(f"every step overflowing from 2**16, labkit's replay stops at step {stop.step if stop else '?'} "
+                       f"and DeepSpeed's DynamicLossScaler, where installed, raises the same words: '{words}'",
+                       same, f"deepspeed {stop.version}" if stop and stop.version else "DeepSpeed is not installed")
 
 
 def _deepspeed_fix() -> str:
@@ -206,9 +240,10 @@ _LAST: list[AutocastSpeed] = []
 
 
 def _measured(new: bool) -> AutocastSpeed:
-    """The cpu-slower case measures once: its trigger times the steps, its fix checks those figures."""
+    """The cpu-slower case measures once: its trigger times the steps, its fix and verdict check those figures
+    (the median of 5 steps each, so that one step slowed by a busy machine does not decide the verdict)."""
     if new or not _LAST:
-        _LAST[:] = [autocast_speed()]
+        _LAST[:] = [autocast_speed(repeats=5)]
     return _LAST[0]
 
 
@@ -223,7 +258,8 @@ ENTRIES = (
           "a row. Gradients that a smaller scale would make finite stop overflowing long before; overflows "
           "that reach the floor come from the forward pass (an activation past 65504, a nan), which no scale "
           "changes. Lowering min_loss_scale only delays the stop.",
-          _deepspeed_min_scale, _deepspeed_fix, portable=False),  # DeepSpeed's part: its version, if installed
+          _deepspeed_min_scale, _deepspeed_fix, portable=False,  # DeepSpeed's part: its version, if installed
+          verdict=_deepspeed_verdict),
     Entry("nan-hunting",
           "the loss or the gradients are nan, and nothing says where",
           "Function 'SqrtBackward0' returned nan values in its 0th output.",
@@ -245,7 +281,8 @@ ENTRIES = (
           "CPUs with AMX or AVX512-BF16). Elsewhere each bf16 matmul is widened to fp32, and autocast adds a "
           "cast of every weight in every forward: the same arithmetic and more memory traffic. Even where bf16 "
           "is native, small matrices gain little against the casts.",
-          lambda: str(_measured(True)), lambda: str(_measured(False).check()), portable=False),
+          lambda: str(_measured(True)), lambda: str(_measured(False).check()), portable=False,
+          verdict=lambda: _measured(False).check()),
 )
 
 __all__ = ["ENTRIES", "AutocastSpeed", "autocast_speed"]
