@@ -31,7 +31,7 @@ NBVAL        := -m pytest --nbval --nbval-sanitize-with notebooks/nbval_sanitize
 NBVAL_LANE1  := notebooks/00_start_here.ipynb notebooks/01_float_formats.ipynb \
                 notebooks/02_underflow_overflow.ipynb notebooks/03_loss_scaling.ipynb \
                 notebooks/09_fp8_block_formats.ipynb notebooks/10_lowp_optimizers.ipynb \
-                notebooks/11_clinic.ipynb
+                notebooks/11_clinic.ipynb notebooks/99_solutions.ipynb
 NBVAL_LANE2  := $(filter-out $(NBVAL_LANE1),$(sort $(wildcard notebooks/*.ipynb)))
 LANE2_LOG    := .portable-check.log
 

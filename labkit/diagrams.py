@@ -3,8 +3,10 @@
 `master_weight_loop` follows Micikevicius et al. 2018 ("Mixed Precision Training", ICLR), Fig. 1:
 fp32 master weights are cast to 16 bits, forward and backward run in 16 bits on a scaled loss,
 the gradients are unscaled in fp32 and update the fp32 master weights. bf16 keeps fp32's exponent
-range, so its scale and unscale boxes are drawn grey, "not needed". With ``framework`` each box
-names that framework's call.
+range, so its two scaling boxes -- loss x S and / S -- are drawn grey, "not needed". With
+``framework`` each box names that framework's call, and the backward box says what the frameworks
+have in common: the weights are fp32 parameters cast to 16 bits, so the cast's backward (JAX: its
+transpose) returns their gradients in fp32, and the unscale only divides.
 
 `sharding_plan` / `sharding_diagram`: per rank, which model states are whole and which are a
 1/world shard, in which dtype, and what each collective moves -- the facts of
@@ -23,6 +25,7 @@ matplotlib is imported inside the drawing functions.
 from __future__ import annotations
 
 import re
+import textwrap
 
 from labkit._validate import choice, integer, shown
 
@@ -34,7 +37,7 @@ _GREY = "#b0b0b0"
 
 # Box i of the loop: (label, what it does); {dt} is the 16-bit dtype.
 _STEPS = (
-    ("FP32 master weights", "kept in fp32: small updates are not rounded away"),
+    ("FP32 master weights", "fp32: small updates are not rounded away"),
     ("cast to {dt}", "16-bit copy of the weights"),
     ("forward ({dt})", "16-bit activations, fp32 accumulation"),
     ("loss x S", "scale the loss: gradients scale with it"),
@@ -64,14 +67,24 @@ _CALLS = {  # framework -> dtype -> one call per box (None: nothing to call)
                  None, "tape.gradient(loss, vars)", None, "optimizer.apply"),
     },
 }
-_SCALE_BOXES = (3,)  # box 5 still casts the gradients to fp32 when nothing is scaled
+# The backward box with a framework: its weight gradients come out fp32 (the weights are fp32 parameters
+# cast to 16 bits, and the cast's backward casts the gradient back) -- notebook 06 shows jax.grad's dtypes.
+_BACKWARD = {
+    "torch": "16-bit activation gradients; the weight gradients land in .grad in fp32 (the cast's backward)",
+    "jax": "16-bit activation gradients; the weight gradients leave jax.grad in fp32 (the cast's transpose)",
+    "tf": "16-bit activation gradients; tape.gradient returns the weight gradients in fp32 (the cast's gradient)",
+}
+_SCALE_BOXES = (3, 5)  # loss x S and / S: grey where nothing is scaled
+_NOTE_WIDTH = 46  # characters per line of a box's note
 
 
 def loop_steps(dtype: str = "fp16", scaled: bool | None = None, framework: str | None = None) -> list[dict]:
     """The boxes of `master_weight_loop`, as data: label, note, call (or None), active (False: grey).
 
     >>> [s["label"] for s in loop_steps("bf16") if not s["active"]]
-    ['loss x S']
+    ['loss x S', '/ S']
+    >>> loop_steps("fp16", framework="jax")[5]["label"]
+    '/ S (already fp32)'
     """
     dtype = choice("dtype", dtype, DTYPES)
     if scaled is None:
@@ -84,12 +97,17 @@ def loop_steps(dtype: str = "fp16", scaled: bool | None = None, framework: str |
     out = []
     for i, ((label, note), call) in enumerate(zip(_STEPS, calls)):
         active = scaled or i not in _SCALE_BOXES
+        if framework and i == 4:
+            note = _BACKWARD[framework]
+        if framework and i == 5:
+            label = "/ S (already fp32)"
         if not active:
-            why = "bf16 has fp32's exponent range" if dtype == "bf16" else "small fp16 gradients flush to 0"
+            if i == 3:
+                why = "bf16 has fp32's exponent range" if dtype == "bf16" else "small fp16 gradients flush to 0"
+            else:  # the gradients still reach the fp32 update; only the division is left out
+                label = "/ S"
+                why = "the gradients go to fp32 unscaled" if dtype == "bf16" else "nothing was scaled"
             note = f"not needed: {why}" if dtype == "bf16" else f"off: {why}"
-        if i == 5 and not scaled:  # the cast to fp32 still happens; the division does not
-            label = "gradients to fp32"
-            note = "no / S: " + ("not needed" if dtype == "bf16" else "nothing was scaled")
         if call:  # the calls name the dtype drawn
             call = re.sub("b?float16", {"fp16": "float16", "bf16": "bfloat16"}[dtype], call)
         out.append({"label": label.format(dt=dtype), "note": note.format(dt=dtype), "call": call, "active": active})
@@ -118,9 +136,11 @@ def master_weight_loop(dtype: str = "fp16", scaled: bool | None = None, framewor
                  else _COLORS[dtype]) if step["active"] else _GREY
         ax.add_patch(FancyBboxPatch((x - 0.42, y - 0.2), 0.84, 0.4, boxstyle="round,pad=0.02",
                                     facecolor=color, alpha=0.25 if step["active"] else 0.15, edgecolor=color))
-        ax.text(x, y + 0.08, step["label"], ha="center", va="center", fontsize=10, fontweight="bold",
+        note = textwrap.fill(step["note"], _NOTE_WIDTH)
+        lift = 0.03 * note.count("\n")  # a note of several lines pushes the label up
+        ax.text(x, y + 0.09 + lift, step["label"], ha="center", va="center", fontsize=10, fontweight="bold",
                 color="black" if step["active"] else "#808080")
-        ax.text(x, y - 0.06, step["note"], ha="center", va="center", fontsize=7.5,
+        ax.text(x, y - 0.05 + lift / 2, note, ha="center", va="center", fontsize=7.5, linespacing=1.1,
                 color="#333333" if step["active"] else "#808080")
         if step["call"]:
             ax.text(x, y - 0.3, step["call"], ha="center", va="center", fontsize=7.5, family="monospace",
@@ -131,6 +151,8 @@ def master_weight_loop(dtype: str = "fp16", scaled: bool | None = None, framewor
         start = (x0 + side + 0.44 * (dx > 0) - 0.44 * (dx < 0), y0 - 0.22 * (dy < 0) + 0.22 * (dy > 0))
         end = (x1 + side - 0.44 * (dx > 0) + 0.44 * (dx < 0), y1 + 0.22 * (dy < 0) - 0.22 * (dy > 0))
         ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color="#444444"))
+    _legend(ax, ["fp32", dtype], grey="not needed" if dtype == "bf16" else "off",
+            show_grey=not all(s["active"] for s in steps))
     who = {"torch": "PyTorch", "jax": "JAX (jmp + optax)", "tf": "Keras"}.get(framework, "")
     scaled_text = "with loss scaling" if any(s["active"] for i, s in enumerate(steps) if i == 3) else "no loss scaling"
     ax.set_title(f"Mixed precision training in {dtype}, {scaled_text}{' -- ' + who if who else ''}\n"
@@ -138,6 +160,18 @@ def master_weight_loop(dtype: str = "fp16", scaled: bool | None = None, framewor
     fig.tight_layout()
     plt.close(fig)  # shown once, as the cell's value
     return fig
+
+
+def _legend(ax, dtypes, grey: str = "", show_grey: bool = False):
+    """A colour key under the axes: one patch per dtype drawn (and grey, labelled `grey`, if `show_grey`)."""
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor=_COLORS[d], alpha=0.6, edgecolor=_COLORS[d], label=d)
+               for d in _COLORS if d in set(dtypes)]
+    if show_grey:
+        handles.append(Patch(facecolor=_GREY, alpha=0.4, edgecolor=_GREY, label=grey))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(handles), frameon=False,
+              fontsize=9, title="colour = dtype", title_fontsize=8.5, handlelength=1.6)
 
 
 def sharding_plan(world: int = 2, strategy: str = "dp", dtype: str = "bf16", reduce_dtype: str | None = None) -> dict:
@@ -186,7 +220,7 @@ def sharding_plan(world: int = 2, strategy: str = "dp", dtype: str = "bf16", red
             "bytes_per_param": sum(s["bytes_per_param"] for s in states)}
 
 
-_ENGINES = {"dp": "DDP (torch) / data parallel", "fsdp": "FSDP2 (torch) / FSDP-style sharding",
+_ENGINES = {"dp": "DDP (torch) / data parallel", "fsdp": "FSDP2 (torch: parameters gathered in param_dtype)",
             "zero1": "DeepSpeed ZeRO-1", "zero2": "DeepSpeed ZeRO-2"}
 
 
@@ -222,6 +256,7 @@ def sharding_diagram(world: int = 2, strategy: str = "dp", dtype: str = "bf16", 
         ax.annotate("", xy=(shown - 0.05, y), xytext=(0.05, y),
                     arrowprops=dict(arrowstyle="<->", color=_COLORS[c["dtype"]], lw=2))
         ax.text(shown / 2, y + 0.12, f"{c['op']} in {c['dtype']}: {c['what']}", ha="center", va="bottom", fontsize=9)
+    _legend(ax, [s["dtype"] for s in states] + [c["dtype"] for c in plan["collectives"]])
     more = f" (ranks 0-{shown - 1} drawn)" if plan["world"] > shown else ""
     ax.set_title(f"{_ENGINES[plan['strategy']]}, {plan['world']} ranks{more}, {dtype} compute\n"
                  f"{plan['bytes_per_param']:g} bytes of model state per parameter per rank (Adam)", fontsize=10)

@@ -255,6 +255,7 @@ GOOD = {
     "overflow": False, "loss": 1.0,
     # records and results
     "records": Make(_records), "rec": Make(lambda ctx: _records()[0]), "results": Make(lambda ctx: [_result()]),
+    "configs": Make(lambda ctx: [_config(steps=1)]), "step_time": "median", "emulated_at_most": 1.2,
     "mem": Make(lambda ctx: dict(_records()[0]["memory"])), "ms": {("torch", "float32"): 1.0,
                                                                   ("torch", "bfloat16"): 2.0},
     "text": "", "environ": Make(lambda ctx: {}), "caps": Make(lambda ctx: {}), "report": Make(lambda ctx: _report()),
@@ -346,6 +347,7 @@ OVERRIDES = {
     ("labkit.hardware.detect", "frameworks"): (),
     ("labkit.hardware.native_precision", "report"): Make(lambda ctx: _report("A100")),
     ("labkit.hardware.native_table", "report"): Make(lambda ctx: _report("A100")),
+    ("labkit.hardware.Ceiling.exceeded_by", "ratio"): 1.5,
     ("labkit.widgets.FormatExplorer.bit_button", "index"): 0,
     ("labkit.widgets.BlockExplorer", "format"): "mxfp8_e4m3",
     ("labkit.widgets.LossScaleExplorer", "values"): Make(lambda ctx: [1e-3, 0.5, 2.0]),
@@ -445,6 +447,8 @@ def _instances():
         "labkit.hardware.FrameworkInfo": lambda: hardware.FrameworkInfo("torch"),
         "labkit.hardware.Advice": lambda: hardware.advise(report),
         "labkit.hardware.Native": lambda: hardware.native_precision("torch", "bf16", _report("A100")),
+        "labkit.hardware.Ceiling": lambda: hardware.speedup_ceiling("torch", "bf16", _report("A100")),
+        "labkit.bench.Reading": lambda: importlib.import_module("labkit.bench").batch_trend([]),
         "labkit.checks.Check": lambda: checks.that("x", True),
         "labkit.checks.Report": lambda: checks.report(checks.that("x", True)),
         "labkit.claims.Claim": lambda: claims.get("speed"),
@@ -494,6 +498,8 @@ NOT_CALLED = {
 BAD_ONLY = {
     "labkit.train.run": "a good call trains a model (seconds to minutes): only bad values, each of which must "
                         "be refused before anything starts",
+    "labkit.train.run_in_turns": "a good call trains models (seconds to minutes): only bad values, each of which "
+                                 "must be refused before anything starts",
     "labkit.train.launch.run_distributed": "a good call launches torchrun / a device mesh: only bad values, each of which must "
                               "be refused before anything starts",
     "labkit.cli.run_bench": "a good call runs the benchmark: only bad values, each of which must be refused "

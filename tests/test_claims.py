@@ -264,7 +264,7 @@ def test_run_records_carry_accuracy_from_real_training_runs():
     assert records[0]["accuracy"] == results[0].metric["value"]
     v = verdict("lossless", records)
     assert v.value == pytest.approx(results[0].metric["value"] - results[1].metric["value"])
-    with pytest.raises(TypeError, match="run_records takes labkit.train.RunResult objects, got dict"):
+    with pytest.raises(TypeError, match="results must hold labkit.train.RunResult objects \\(run_records takes runs\\), got dict"):
         claims.run_records(records)
 
 
@@ -300,6 +300,41 @@ def test_speed_table_pairs_each_16_bit_record_with_its_fp32_and_asks_the_hardwar
     assert t.column("reading") == [_reading(2.0, bf16), _reading(1 / 40, fp16)]
     with pytest.raises(TypeError, match="list of records"):
         claims.speed_table({"speed": records})
+
+
+def test_run_records_give_the_median_or_the_best_step():
+    from labkit.train import RunConfig, RunResult
+
+    r = RunResult(RunConfig("torch", steps=4), losses=[2.0] * 4, step_times=[9.0, 0.003, 0.001, 0.002], status="ok",
+                  device="cpu (example)")
+    assert claims.run_records([r])[0]["step_time_s"] == 0.002
+    assert claims.run_records([r], step_time="best")[0]["step_time_s"] == 0.001
+    with pytest.raises(ValueError, match="unknown step_time 'mean'; choose one of 'median', 'best'"):
+        claims.run_records([r], step_time="mean")
+
+
+def gpu_records(device, **times):
+    """fp32 and 16-bit records on a named GPU: the device text, not this machine, decides native and ceiling."""
+    base = dict(framework="torch", model="mlp", shape="aligned", batch_size=64, width=256, status="ok", device=device)
+    return [dict(base, precision=p.replace("_", "-"), step_time_s=t) for p, t in times.items()]
+
+
+def test_speed_checks_flag_a_speed_up_past_the_hardware_and_a_gain_from_emulation():
+    # an A100: bf16 and fp16 native, ceiling 16x; 40x is more than any hardware explains
+    sound, noise = claims.speed_checks(gpu_records("cuda:0 (NVIDIA A100-SXM4-40GB)", fp32=0.01, bf16=0.004, fp16=0.00025))
+    assert not sound.holds and noise.holds and noise.seen == "nothing emulated"
+    assert sound.seen == "fp16 40.00x (ceiling 16x, noise past 32x)"
+    # a T4 emulates bf16: 1.25x is a gain no emulation gives, beyond the 1.2x allowed
+    ceiling, emulated = claims.speed_checks(gpu_records("cuda:0 (Tesla T4)", fp32=0.01, bf16=0.008, fp16=0.004))
+    assert ceiling.holds and not emulated.holds and emulated.seen == "bf16 1.25x"
+    assert claims.speed_checks(gpu_records("cuda:0 (Tesla T4)", fp32=0.01, bf16=0.05), emulated_at_most=0.8).all_hold
+    # the claims read the same on every device: only the figures after "here:" differ
+    assert [c.claim for c in (ceiling, emulated)] == [c.claim for c in (sound, noise)]
+    assert "at most 1.2x" in emulated.claim
+    none = claims.speed_checks(gpu_records("cuda:0 (Tesla T4)", fp32=0.01))
+    assert none.all_hold and none[1].seen == "no 16-bit run"
+    with pytest.raises(ValueError, match="emulated_at_most"):
+        claims.speed_checks([], emulated_at_most=0)
 
 
 # -- bad input is named, one key is a list of one (issue 12) ------------------------------------

@@ -19,7 +19,8 @@ def _texts(fig):
 @pytest.mark.parametrize("framework, dtype, present, absent", [
     (None, "fp16", ["FP32 master weights", "cast to fp16", "forward (fp16)", "loss x S", "backward (fp16)",
                     "gradients to fp32, / S", "fp32 update", "Micikevicius"], ["not needed"]),
-    (None, "bf16", ["cast to bf16", "backward (bf16)", "not needed", "gradients to fp32"], ["/ S\n"]),
+    (None, "bf16", ["cast to bf16", "backward (bf16)", "not needed", "/ S", "the gradients go to fp32 unscaled"],
+     ["gradients to fp32, / S"]),
     ("torch", "fp16", ["torch.autocast", "torch.float16", "scaler.scale(loss)", "scaler.unscale_(opt)",
                        "scaler.step(opt)", "PyTorch"], ["bfloat16"]),
     ("torch", "bf16", ["torch.bfloat16", "not needed"], ["scaler."]),
@@ -42,12 +43,61 @@ def test_each_figure_is_closed_so_a_notebook_shows_it_once():
         assert not plt.fignum_exists(fig.number)  # the inline backend would draw an open figure a second time
 
 
-def test_bf16_greys_the_scale_box_and_fp16_without_scaling_says_it_is_off():
-    grey = [s["label"] for s in diagrams.loop_steps("bf16") if not s["active"]]
-    assert grey == ["loss x S"]
-    off = diagrams.loop_steps("fp16", scaled=False)
-    assert not off[3]["active"] and off[3]["note"].startswith("off")
-    assert all(s["active"] for s in diagrams.loop_steps("bf16", scaled=True))
+@pytest.mark.parametrize("framework", [None, *diagrams.FRAMEWORKS])
+def test_bf16_greys_both_scaling_boxes_and_fp16_without_scaling_says_they_are_off(framework):
+    # notebook 00 calls them "the scaling boxes (grey)": loss x S and / S, nothing else
+    steps = diagrams.loop_steps("bf16", framework=framework)
+    assert [s["label"] for s in steps if not s["active"]] == ["loss x S", "/ S"]
+    assert all(s["call"] is None for s in steps if not s["active"])  # no framework call does them
+    assert all(s["note"].startswith("not needed") for s in steps if not s["active"])
+    off = diagrams.loop_steps("fp16", scaled=False, framework=framework)
+    assert [i for i, s in enumerate(off) if not s["active"]] == [3, 5]
+    assert all(off[i]["note"].startswith("off") for i in (3, 5))
+    assert all(s["active"] for s in diagrams.loop_steps("bf16", scaled=True, framework=framework))
+
+
+@pytest.mark.parametrize("framework, call", [("jax", "jax.grad"), ("torch", ".grad"), ("tf", "tape.gradient")])
+def test_with_a_framework_the_weight_gradients_leave_the_backward_pass_in_fp32(framework, call):
+    # fp32 parameters cast to 16 bits: the cast's backward (JAX: its transpose) gives fp32 weight gradients,
+    # so the unscale box only divides (notebook 06 prints jax.grad's float32 dtypes)
+    backward, unscale = diagrams.loop_steps("fp16", framework=framework)[4:6]
+    assert backward["note"].startswith("16-bit activation gradients;")
+    assert call in backward["note"] and "in fp32" in backward["note"]
+    assert "weight gradients" in backward["note"] and "16-bit activation and weight" not in backward["note"]
+    assert unscale["label"] == "/ S (already fp32)"
+    text = _texts(diagrams.master_weight_loop("fp16", framework=framework))
+    assert "/ S (already fp32)" in text and "gradients to fp32" not in text
+    # without a framework the figure stays the paper's: 16-bit weight gradients, converted to fp32 with the unscale
+    paper = diagrams.loop_steps("fp16")
+    assert paper[4]["note"] == "16-bit activation and weight gradients" and paper[5]["label"] == "gradients to fp32, / S"
+
+
+def test_the_jax_weight_gradients_really_are_fp32():
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    w = jnp.ones((3, 2), jnp.float32)
+    grad = jax.grad(lambda w: (jnp.ones((4, 3), jnp.float16) @ w.astype(jnp.float16)).astype(jnp.float32).sum())(w)
+    assert grad.dtype == jnp.float32
+
+
+def _legend_labels(fig):
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    plt.close(fig)
+    return labels
+
+
+def test_each_diagram_has_a_colour_key_for_the_dtypes_it_draws():
+    assert _legend_labels(diagrams.sharding_diagram(2, "fsdp", "bf16", reduce_dtype="fp32")) == ["fp32", "bf16"]
+    assert _legend_labels(diagrams.sharding_diagram(2, "zero2", "fp16")) == ["fp32", "fp16"]
+    assert _legend_labels(diagrams.sharding_diagram(2, "dp", "bf16")) == ["fp32"]  # every state and the all-reduce
+    assert _legend_labels(diagrams.master_weight_loop("bf16")) == ["fp32", "bf16", "not needed"]
+    assert _legend_labels(diagrams.master_weight_loop("fp16")) == ["fp32", "fp16"]
+    fig = diagrams.sharding_diagram(2, "zero2")
+    colours = {p.get_facecolor()[:3] for p in fig.axes[0].patches if p.get_facecolor()[3] > 0}
+    keyed = {h.get_facecolor()[:3] for h in fig.axes[0].get_legend().legend_handles}
+    plt.close(fig)
+    assert colours == keyed  # every colour drawn is in the key, and nothing else
 
 
 @pytest.mark.parametrize("strategy", diagrams.STRATEGIES)

@@ -8,21 +8,23 @@ import pytest
 
 from labkit import formats as lf
 from labkit.exercises import EXERCISES, Feedback, check, exercises, show
-from labkit.exercises.clinic import FP16_GRADIENT_FIXES, T5_ACTIVATION, fp16_fix_outcomes
+from labkit.exercises.clinic import (
+    DEEPSPEED_POWER, FP16_GRADIENT_FIXES, T5_ACTIVATION, T5_FIXES, T5_STEPS, fp16_fix_outcomes, t5_fix_outcomes,
+)
 
-IDS = ("clinic_fp16_gradients_fix", "t5_overflow_precision", "deepspeed_stop_step")
+IDS = ("clinic_fp16_gradients_fix", "t5_overflow_fix", "deepspeed_stop_step")
 
 # (exercise, wrong answer, words its hint must contain)
 WRONG = [
     ("clinic_fp16_gradients_fix", 1, "no loss scale"), ("clinic_fp16_gradients_fix", 2, "fails the same way"),
     ("clinic_fp16_gradients_fix", 4, "no fp32 master copy"), ("clinic_fp16_gradients_fix", 0, "1 to 4"),
     ("clinic_fp16_gradients_fix", 7, "1 to 4"),
-    ("t5_overflow_precision", "fp16 + loss scaling", "*after* the forward pass"),
-    ("t5_overflow_precision", "fp16", "65504"), ("t5_overflow_precision", "fp32", "not 16 bits"),
-    ("t5_overflow_precision", "fp8", "448"),
-    ("deepspeed_stop_step", 17, "next overflow"), ("deepspeed_stop_step", 16, "hysteresis"),
-    ("deepspeed_stop_step", 19, "given back only when the scale grows"),
-    ("deepspeed_stop_step", 35, "given back only when the scale grows"), ("deepspeed_stop_step", 10, "cannot come sooner"),
+    ("t5_overflow_fix", 1, "*after* the forward pass"), ("t5_overflow_fix", 2, "65504"),
+    ("t5_overflow_fix", 3, "growth_interval"), ("t5_overflow_fix", 0, "options the question lists"),
+    ("t5_overflow_fix", 5, "options the question lists"),
+    ("deepspeed_stop_step", 18, "initial_scale_power 16"), ("deepspeed_stop_step", 9, "next overflow"),
+    ("deepspeed_stop_step", 8, "hysteresis"), ("deepspeed_stop_step", 11, "given back only when the scale grows"),
+    ("deepspeed_stop_step", 35, "given back only when the scale grows"), ("deepspeed_stop_step", 5, "cannot come sooner"),
 ]
 
 
@@ -48,8 +50,8 @@ def test_a_wrong_answer_gets_the_hint_for_its_misconception_and_not_the_key(exer
 
 def test_every_key_is_accepted_with_its_reason():
     assert check("clinic_fp16_gradients_fix", 3).correct
-    assert check("t5_overflow_precision", "bf16").correct and check("t5_overflow_precision", "bfloat16").correct
-    assert check("deepspeed_stop_step", 18).correct
+    assert check("t5_overflow_fix", 4).correct
+    assert check("deepspeed_stop_step", 10).correct
     for exercise_id in IDS:
         assert EXERCISES[exercise_id].why
 
@@ -59,8 +61,8 @@ def test_bad_answers_are_refused_with_what_is_allowed():
         check("clinic_fp16_gradients_fix", "3")
     with pytest.raises(TypeError, match="whole number"):
         check("deepspeed_stop_step", 18.0)
-    with pytest.raises(ValueError, match="'bf16'"):
-        check("t5_overflow_precision", "brain float")
+    with pytest.raises(TypeError, match="whole number"):
+        check("t5_overflow_fix", "4")
 
 
 # ---------------------------------------------------------------- the keys against the real libraries
@@ -92,16 +94,25 @@ def test_the_question_quotes_the_messages_the_clinic_reproduces():
     assert case("deepspeed-min-scale").expect in EXERCISES["deepspeed_stop_step"].question
 
 
-def test_the_t5_key_is_the_16_bit_format_that_holds_the_clinics_activation():
-    assert EXERCISES["t5_overflow_precision"].solve() == frozenset({"bf16"})
+def test_the_t5_key_is_the_one_fix_under_which_a_real_gradscaler_applies_every_step():
+    torch = pytest.importorskip("torch")
     assert lf.get("fp16").max < T5_ACTIVATION < lf.get("bf16").max
-    pytest.importorskip("torch")
+    outcomes = t5_fix_outcomes()
+    assert len(outcomes) == len(T5_FIXES) == 4
+    higher, lower, growth, ff_fp32 = outcomes
+    for scaled in (higher, lower, growth):  # no loss scale reaches the forward pass: nan, every step skipped
+        assert scaled["applied"] == scaled["finite_losses"] == 0 and scaled["amax"] == float("inf")
+    assert higher["scales"][0] == 2.0**24 and lower["scales"][0] == 1.0
+    assert all(b == a / 2 for a, b in zip(growth["scales"], growth["scales"][1:]))  # halved at each skipped step
+    assert ff_fp32["applied"] == ff_fp32["finite_losses"] == T5_STEPS  # the feed-forward in fp32 holds it
+    assert abs(ff_fp32["amax"] / T5_ACTIVATION - 1) < 0.05 and ff_fp32["amax"] > float(torch.finfo(torch.float16).max)
+    assert EXERCISES["t5_overflow_fix"].solve() == 4
     import re
 
     from labkit.train.torch.clinic import case
 
-    ran = case("fp16-forward-overflow").run()
-    assert "max |ff(x)| inf" in ran.message  # fp16 overflows in the forward pass
+    ran = case("fp16-forward-overflow").run()  # the clinic's own case: the same block, the same two outcomes
+    assert "max |ff(x)| inf" in ran.message
     held = [float(v) for v in re.findall(r"max \|ff\(x\)\| ([0-9.e+]+)", ran.fixed_output)]
     assert held and all(abs(v / T5_ACTIVATION - 1) < 0.05 for v in held)  # "about 80,000"
 
@@ -110,14 +121,19 @@ def test_the_deepspeed_key_is_where_the_replay_stops_and_real_deepspeed_raises()
     from labkit import scaling
 
     key = EXERCISES["deepspeed_stop_step"].solve()
-    trace = scaling.simulate("deepspeed", overflows=[True] * 40, init_scale=2**16)
-    assert key == trace.stopped_at + 1 == 18 and trace.scales[trace.stopped_at] == 1
+    trace = scaling.simulate("deepspeed", overflows=[True] * 40, init_scale=2**DEEPSPEED_POWER)
+    assert key == trace.stopped_at + 1 == DEEPSPEED_POWER + 2 and trace.scales[trace.stopped_at] == 1
+    assert f"initial_scale_power {DEEPSPEED_POWER}" in EXERCISES["deepspeed_stop_step"].question
+    default = scaling.simulate("deepspeed", overflows=[True] * 40, init_scale=2**16)  # the clinic's case
     # the replay follows DeepSpeed's own DynamicLossScaler step for step down to this floor (40 overflows:
     # tests/scaling/test_deepspeed_real.py); the clinic raises DeepSpeed's exception in the state it reached
     pytest.importorskip("torch")
+    import re
+
     from labkit.train.torch.clinic import case
 
     ran = case("deepspeed-min-scale").run()
-    assert f"stopped at step {key} (scale 1 = min_loss_scale" in ran.message
+    assert re.search(r"stopped at step (\d+)", ran.message).group(1) == str(default.stopped_at + 1)
+    assert key != default.stopped_at + 1  # the exercise is not answered by the case's printed step
     if importlib.util.find_spec("deepspeed") is not None:
         assert "Exception: Current loss scale already at minimum - cannot decrease scale anymore." in ran.message

@@ -8,6 +8,7 @@ scaler) on synthetic data of the course's shapes, within a time budget (``max_se
 - `labkit.bench.peaks`: each GPU's dense peaks and a step's FLOPs, for MFU;
 - `labkit.bench.records`: the progress line, `table` and `plot` of the records;
 - `labkit.bench.matmul`: one big matmul per framework, the hardware's ceiling.
+- `labkit.bench.readings`: what the records say in words (`batch_trend`, `shape_cost`), beyond the timing spread.
 
 >>> cells(["torch"], ["fp32", "bf16"], ["mlp"])[:2]
 [('torch', 'mlp', 'aligned', 'fp32'), ('torch', 'mlp', 'aligned', 'bf16')]
@@ -15,11 +16,12 @@ scaler) on synthetic data of the course's shapes, within a time budget (``max_se
 
 from labkit.bench.matmul import MATMUL_FRAMEWORKS, MAX_MATMUL_N, emulation_table, matmul_ms, matmul_table
 from labkit.bench.peaks import PEAK_PRECISION, PEAK_TFLOPS, PEAKS, Peak, peak, peak_tflops, peaks_table, train_flops
+from labkit.bench.readings import FINDINGS, Reading, batch_trend, shape_cost
 from labkit.bench.plan import DEFAULT_BATCH, DEFAULT_WIDTH, MAX_STEPS, MIN_STEPS, SHAPES, SMALL, cells, shape_of
 from labkit.bench.records import plot, plot_suffixes, progress_line, table
 from labkit.bench.runs import bench
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_WIDTH", "MATMUL_FRAMEWORKS", "MAX_MATMUL_N", "MAX_STEPS", "MIN_STEPS", "PEAKS",
-           "PEAK_PRECISION", "PEAK_TFLOPS", "SHAPES", "SMALL", "Peak", "bench", "cells", "emulation_table", "matmul_ms",
-           "matmul_table", "peak", "peak_tflops", "peaks_table", "plot", "plot_suffixes", "progress_line", "shape_of",
+__all__ = ["DEFAULT_BATCH", "DEFAULT_WIDTH", "FINDINGS", "MATMUL_FRAMEWORKS", "MAX_MATMUL_N", "MAX_STEPS", "MIN_STEPS", "PEAKS",
+           "PEAK_PRECISION", "PEAK_TFLOPS", "Reading", "SHAPES", "SMALL", "Peak", "batch_trend", "bench", "cells", "emulation_table", "matmul_ms",
+           "matmul_table", "peak", "peak_tflops", "peaks_table", "plot", "plot_suffixes", "progress_line", "shape_cost", "shape_of",
            "table", "train_flops"]

@@ -62,31 +62,50 @@ def _records(records, what: str = "records") -> list[dict]:
 
 
 def table(records: list[dict]) -> Table:
-    """The records as a Table (one row per cell). An emulated cell shows its slowdown against
-    fp32 at the small size it was timed at, in the "vs fp32" column."""
+    """The records as a Table (one row per cell). "here" says whether this device runs the
+    precision natively or emulates it (`labkit.hardware.native_precision`). An emulated cell
+    is timed at full size when that fits its budget (status ok), else only at a small size
+    (status "timed small"), and then its "vs fp32" is the slowdown at that size. A skipped
+    cell's note says why."""
     rows = []
     for r in _records(records):
         act = f"({_mb(r['activation_bytes_model'])})"
+        head = (r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]), _here(r))
         if r["status"] == "skipped":
-            rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
-                         "skipped", "", "", "", "", act, ""))
+            rows.append((*head, "skipped", "", "", "", "", act, "", r["reason"]))
             continue
         if r["status"] == "emulated":
-            rows.append((r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]),
-                         "emulated", "", "", f"1/{r['emulated_slowdown']:.0f} (at batch {r['small_batch_size']}, "
-                         f"width {r['small_width']})", "", act, ""))
+            where = f"batch {r['small_batch_size']}, width {r['small_width']}"
+            rows.append((*head, "timed small", "", "", f"{_slower(r['emulated_slowdown'])} (at {where})", "", act,
+                         "", f"the full size does not fit the cell's time budget: timed at {where} only"))
             continue
         rows.append((
-            r["framework"], r["model"], r["precision"], str(r["batch_size"]), str(r["width"]), r["status"],
+            *head, r["status"],
             f"{r['step_time_s'] * 1e3:.2f}", f"{r['samples_per_s']:.0f}",
             f"{r['speedup_vs_fp32']:.2f}x" if r.get("speedup_vs_fp32") else "-",
             f"{r['achieved_tflops'] * 1e3:.1f}" + (f" ({100 * r['mfu']:.0f}% MFU)" if r.get("mfu") else ""),
             _mb(r["activation_bytes"]) if r["activation_bytes"] is not None else act,
-            f"{r['final_loss']:.3f}",
+            f"{r['final_loss']:.3f}", "",
         ))
-    cols = ("framework", "model", "precision", "batch", "width", "status", "ms/step", "samples/s",
-            "vs fp32", "GFLOP/s", "activations MB", "final loss")
+    cols = ("framework", "model", "precision", "batch", "width", "here", "status", "ms/step", "samples/s",
+            "vs fp32", "GFLOP/s", "activations MB", "final loss", "note")
     return Table(cols, tuple(rows), "labkit bench (activation MB in parentheses: modelled, not measured)")
+
+
+def _here(rec: dict) -> str:
+    """"native" or "emulated", as the bench found it; "" where the cell never got that far."""
+    native = rec.get("native")
+    return "" if native is None else "native" if native else "emulated"
+
+
+def _slower(slowdown: float) -> str:
+    """A 16-bit time over fp32's, in words: "3.5x slower", "1.2x faster", "as fast".
+
+    >>> _slower(3.5), _slower(1 / 1.2), _slower(1.02)
+    ('3.5x slower', '1.2x faster', 'as fast')
+    """
+    return "as fast" if 0.95 <= slowdown <= 1.05 else f"{slowdown:.1f}x slower" if slowdown > 1 else \
+        f"{1 / slowdown:.1f}x faster"
 
 
 def _mb(n) -> str:

@@ -15,8 +15,9 @@ it did not hold here.
 
 from labkit.claims.catalog import CLAIMS, METRICS, Claim, claims_table, get
 from labkit.claims.records import run_records
+from labkit.claims.speed import speed_checks
 from labkit.claims.tables import speed_table, summary_table, verdict_table
 from labkit.claims.verdicts import Verdict, verdict
 
-__all__ = ["CLAIMS", "METRICS", "Claim", "Verdict", "claims_table", "get", "run_records", "speed_table",
-           "summary_table", "verdict", "verdict_table"]
+__all__ = ["CLAIMS", "METRICS", "Claim", "Verdict", "claims_table", "get", "run_records", "speed_checks",
+           "speed_table", "summary_table", "verdict", "verdict_table"]

@@ -7,7 +7,7 @@ and how one 16-bit record is paired with its fp32 baseline.
 
 from __future__ import annotations
 
-from labkit._validate import shown
+from labkit._validate import choice, shown
 from labkit.claims.catalog import Claim
 
 def _records(records, what: str = "records") -> list[dict]:
@@ -30,24 +30,33 @@ def _records(records, what: str = "records") -> list[dict]:
     return list(records)
 
 
-def run_records(results) -> list[dict]:
-    """Training runs (`labkit.train.RunResult`) as records `verdict` reads, with accuracy."""
+def run_records(results, step_time: str = "median") -> list[dict]:
+    """Training runs (`labkit.train.RunResult`) as records `verdict` reads, with accuracy.
+
+    A record's ``step_time_s`` is the run's median step time, or with ``step_time="best"`` its
+    fastest step (`labkit.train.report.STEP_TIMES`): compare runs timed side by side
+    (`labkit.train.run_in_turns`) by their best steps, which other work on the machine disturbs least.
+    """
     from labkit.train import RunResult
+    from labkit.train.report import STEP_TIMES
 
     if isinstance(results, RunResult):
         results = [results]
     if not isinstance(results, (list, tuple)):
         raise TypeError(f"results must be a list of labkit.train.RunResult; got {type(results).__name__} "
                         f"{shown(results)}")
+    step_time = choice("step_time", step_time, STEP_TIMES)
     out = []
     for r in results:
         if not isinstance(r, RunResult):
-            raise TypeError(f"run_records takes labkit.train.RunResult objects, got {type(r).__name__}")
+            raise TypeError(f"results must hold labkit.train.RunResult objects (run_records takes runs), got "
+                            f"{type(r).__name__}")
         cfg = r.config
+        t = r.best_step_time() if step_time == "best" else r.median_step_time()
         out.append(dict(
             framework=cfg.framework, precision=cfg.precision, model=cfg.model, shape="aligned",
             batch_size=cfg.batch_size, width=cfg.width, status=r.status, device=r.device,
-            step_time_s=r.median_step_time(), final_loss=r.final_loss, memory=dict(r.memory),
+            step_time_s=t, final_loss=r.final_loss, memory=dict(r.memory),
             accuracy=r.metric["value"] if r.metric else None,
         ))
     return out

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from labkit.claims.catalog import CLAIMS, Claim, _claims
 from labkit.claims.records import _group, _pairs, _records
-from labkit.claims.verdicts import Verdict, _accuracy_words, _native, _reading, _step_time, verdict
+from labkit.claims.verdicts import Verdict, _accuracy_words, _ceiling, _native, _noise, _reading, _step_time, verdict
 from labkit.table import Table
 
 
 def speed_table(records) -> Table:
     """What the measured step times say on this machine: each 16-bit record against fp32 in the
     same framework, model and shape, and the reading that follows from whether this device runs
-    that precision natively (`labkit.hardware.native_precision`). Every word of it is computed
+    that precision natively (`labkit.hardware.native_precision`); a speed-up past what the
+    hardware can give (`labkit.hardware.speedup_ceiling`, with its slack) reads as noise. Every word of it is computed
     from the records and the hardware, so it reads right on a CPU with bf16 instructions, on one
     without, and on a GPU."""
     records = _records(records)
@@ -31,7 +32,7 @@ def speed_table(records) -> Table:
         else:
             continue
         rows.append((r["framework"], r["model"], str(r["batch_size"]), r["precision"], measured,
-                     _reading(ratio, native)))
+                     _noise(ratio, _ceiling(r)) or _reading(ratio, native)))
     return Table(("framework", "model", "batch", "precision", "measured", "reading"), tuple(rows),
                  "What the step times say on this machine")
 

@@ -37,24 +37,49 @@ class Verdict(NamedTuple):
 _PARTIAL_WHY = "only the matmuls speed up; element-wise work, casts and the optimizer step do not"
 
 
-def _native(rec: dict):
-    """`labkit.hardware.native_precision` for the device a record was measured on: this machine's
-    CPU for a CPU record, the GPU named in the device text (its compute capability looked up) or
-    a TPU otherwise."""
+def _report(rec: dict):
+    """A HardwareReport for the device a record was measured on: this machine's CPU for a CPU
+    record, the GPU named in the device text (its compute capability looked up) or a TPU
+    otherwise; None for a GPU of unknown compute capability."""
     from labkit import hardware
 
     kind = _device_kind(rec)
     if kind == "cpu":
-        report = hardware.HardwareReport(hardware.detect_cpu())
-    elif kind == "tpu":
-        report = hardware.HardwareReport(hardware.detect_cpu(), tpus=(hardware.TPUInfo(),))
-    else:
-        cc = hardware.capability_from_name(str(rec.get("device", "")))
-        if cc is None:
-            return hardware.Native(True, "a GPU of unknown compute capability")
-        gpu = hardware.GPUInfo(str(rec.get("device")), capability=cc)
-        report = hardware.HardwareReport(hardware.detect_cpu(), gpus=(gpu,))
+        return hardware.HardwareReport(hardware.detect_cpu())
+    if kind == "tpu":
+        return hardware.HardwareReport(hardware.detect_cpu(), tpus=(hardware.TPUInfo(),))
+    cc = hardware.capability_from_name(str(rec.get("device", "")))
+    if cc is None:
+        return None
+    gpu = hardware.GPUInfo(str(rec.get("device")), capability=cc)
+    return hardware.HardwareReport(hardware.detect_cpu(), gpus=(gpu,))
+
+
+def _native(rec: dict):
+    """`labkit.hardware.native_precision` for the device a record was measured on (`_report`)."""
+    from labkit import hardware
+
+    report = _report(rec)
+    if report is None:
+        return hardware.Native(True, "a GPU of unknown compute capability")
     return hardware.native_precision(rec["framework"], rec["precision"], report)
+
+
+def _ceiling(rec: dict):
+    """`labkit.hardware.speedup_ceiling` for the device a record was measured on (`_report`);
+    None where it is unknown."""
+    from labkit import hardware
+
+    report = _report(rec)
+    return None if report is None else hardware.speedup_ceiling(rec["framework"], rec["precision"], report)
+
+
+def _noise(ratio: float, ceiling) -> str | None:
+    """The reading of a speed-up past what the hardware can give (`Ceiling.exceeded_by`), else None."""
+    if ceiling is None or not ceiling.exceeded_by(ratio):
+        return None
+    return (f"noise: over {2 * ceiling.times:g}x, more than the hardware can give ({ceiling.times:g}x: "
+            f"{ceiling.why}) even against a slow fp32; a timing was disturbed: run it again")
 
 
 def _step_time(rec: dict) -> float | None:

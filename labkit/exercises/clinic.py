@@ -1,16 +1,14 @@
-"""Exercises of the clinic (notebook 11): which fix for which message, when a loss scale cannot help,
-and when DeepSpeed gives up.
+"""Exercises of the clinic (notebook 11): which fix for which message, which fix when a loss scale cannot
+help, and when DeepSpeed gives up.
 
-The fix exercise's key is computed by running each offered fix on the real ``torch.amp.GradScaler``
-(`fp16_fix_outcomes`; torch is imported only when it is checked, so ``labkit.exercises`` stays
-framework-free); the precision key comes from `labkit.formats` (ml_dtypes' ranges), the DeepSpeed key
-from `labkit.scaling`'s replay of ``DynamicLossScaler``, which is tested against DeepSpeed itself.
+The two fix exercises' keys are computed by running each offered fix on the real ``torch.amp.GradScaler``
+(`fp16_fix_outcomes`, `t5_fix_outcomes`; torch is imported only when they are checked, so
+``labkit.exercises`` stays framework-free); the DeepSpeed key comes from `labkit.scaling`'s replay of
+``DynamicLossScaler``, which is tested against DeepSpeed itself.
 
 >>> from labkit.exercises import check
->>> print(check("deepspeed_stop_step", 17).message)  # doctest: +ELLIPSIS
-17 steps bring the scale down to min_loss_scale...
->>> check("t5_overflow_precision", "fp16 + loss scaling").correct
-False
+>>> print(check("deepspeed_stop_step", 9).message)  # doctest: +ELLIPSIS
+9 steps bring the scale down to min_loss_scale...
 """
 
 from __future__ import annotations
@@ -89,8 +87,8 @@ def _fp16_fix_hints() -> tuple[Hint, ...]:
                           "unscale_ is where the check lives, whoever calls it."),
         Hint(lambda a, k: valid(a) and not _outcome(a)["scaling"],
              "The error goes away because nothing is unscaled any more: the gradients stay fp16 with no loss "
-             f"scale, and every one below half fp16's smallest subnormal ({lf.get('fp16').smallest_subnormal:.2g}) "
-             "is flushed to zero."),
+             f"scale, and every one below about {lf.get('fp16').smallest_subnormal / 2:.1g} (half of fp16's smallest "
+             f"subnormal, {lf.get('fp16').smallest_subnormal:.2g}) is flushed to zero."),
         Hint(lambda a, k: valid(a) and not _outcome(a)["master_fp32"],
              lambda a, k: f"It runs (GradScaler accepts {_outcome(a)['grad_dtype']} gradients), but the weights "
                           "are now 16-bit themselves: with no fp32 master copy, updates smaller than half a "
@@ -111,54 +109,127 @@ register(Exercise(
         "unscales fp32 gradients, where nothing underflows."))
 
 
-# -- an activation past fp16's max: which precision ------------------------------------------------
+# -- an activation past fp16's max: which fix --------------------------------------------------------
 T5_ACTIVATION = 80_000.0
 """About the largest feed-forward output of the clinic's T5-like block (huggingface/transformers#5651)."""
 
+T5_FIXES = (
+    "start the loss scale higher: torch.amp.GradScaler(device, init_scale=2.0**24)",
+    "start the loss scale lower: torch.amp.GradScaler(device, init_scale=1.0)",
+    "let the scale grow back after every good step: torch.amp.GradScaler(device, growth_interval=1)",
+    "run that feed-forward in fp32: in forward(), with torch.autocast(device, enabled=False): h = self.ff(x.float())",
+)
+"""The fixes the T5 exercise offers, numbered from 1 in its question."""
+T5_STEPS = 3
+"""Steps each fix is tried for (`t5_fix_outcomes`)."""
 
-def _t5_key() -> frozenset[str]:
-    """The 16-bit precisions that hold the activation: those whose format's max is above it."""
-    return frozenset(p for p in ("fp16", "bf16") if lf.get(p).max > T5_ACTIVATION)
+
+@functools.cache
+def t5_fix_outcomes() -> tuple[dict, ...]:
+    """What each of `T5_FIXES` does to `T5_STEPS` steps of the clinic's T5-like block (case
+    ``fp16-forward-overflow``: fp16 autocast on the CPU, a real ``torch.amp.GradScaler``), in order:
+    ``applied`` (how many steps changed the weights), ``finite_losses`` (how many losses were finite),
+    ``amax`` (the largest |ff(x)| seen) and ``scales`` (the scale each step used)."""
+    import torch
+    import torch.nn.functional as F
+
+    from labkit.train.torch.clinic.amp import FFBlock  # the clinic's block: ff(x) reaches ~80,000
+
+    scaler_options = ({"init_scale": 2.0**24}, {"init_scale": 1.0}, {"growth_interval": 1}, {})
+
+    def run(option: int) -> dict:
+        model = FFBlock(ff_in_fp32=option == 3)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu", **scaler_options[option])
+        x = 16.0 + torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        out = {"applied": 0, "finite_losses": 0, "amax": 0.0, "scales": []}
+        for _ in range(T5_STEPS):
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = F.mse_loss(model(x).float(), torch.zeros(8, 1))
+            before = [p.detach().clone() for p in model.parameters()]
+            out["scales"].append(scaler.get_scale())
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            out["applied"] += any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+            out["finite_losses"] += bool(torch.isfinite(loss))
+            out["amax"] = max(out["amax"], model.amax)
+        return out
+
+    return tuple(run(i) for i in range(len(T5_FIXES)))
+
+
+def _t5_fix_key() -> int:
+    """The option (from 1) under which every step is applied."""
+    good = [i + 1 for i, o in enumerate(t5_fix_outcomes()) if o["applied"] == T5_STEPS]
+    if len(good) != 1:  # pragma: no cover - torch changed
+        raise AssertionError(f"expected exactly one working fix, torch gave {good}")
+    return good[0]
+
+
+def _t5_hints() -> tuple[Hint, ...]:
+    n = len(T5_FIXES)
+    valid = lambda a: 1 <= a <= n  # noqa: E731
+
+    def tried(a: int) -> str:
+        o = t5_fix_outcomes()[a - 1]
+        return (f"Tried on a real GradScaler, option {a} applies {o['applied']} of {T5_STEPS} steps, and the loss is "
+                f"finite at {o['finite_losses']} of them. ")
+
+    return (
+        Hint(lambda a, k: not valid(a), "Answer with the number of one of the options the question lists, from 1."),
+        Hint(lambda a, k: a == 1,
+             lambda a, k: tried(a) + "The scale multiplies the loss *after* the forward pass (and so the gradients): "
+                                     "the activation is inf before any scale is applied, so no scale helps, and a "
+                                     "larger one only adds gradient overflows."),
+        Hint(lambda a, k: a == 2,
+             lambda a, k: tried(a) + "Even a scale of 1, no scaling at all, leaves the forward pass as it was: the "
+                                     f"feed-forward output (about {T5_ACTIVATION:,.0f}) is past fp16's largest value, "
+                                     f"{lf.get('fp16').max:g}, and is inf before the loss exists."),
+        Hint(lambda a, k: a == 3,
+             lambda a, k: tried(a) + "growth_interval sets how soon the scale grows back after good steps; here no "
+                                     "step is good, so the scale just halves at each one. The overflow is in the "
+                                     "forward pass, where the scale never reaches."),
+    )
 
 
 register(Exercise(
-    "t5_overflow_precision", ("11",),
+    "t5_overflow_fix", ("11",),
     f"Under fp16 autocast a T5 feed-forward output reaches about {T5_ACTIVATION:,.0f}: the loss is nan from the "
-    "first step and GradScaler skips every step. Which 16-bit precision trains it without changing the model? "
-    "Answer with a precision name.",
-    "precision", _t5_key, accepts=lambda a, k: a in k,
-    hints=(
-        Hint(lambda a, k: a == "fp16 + loss scaling",
-             "The loss scale multiplies the loss *after* the forward pass, and the gradients after backward(): "
-             "an activation that overflows in the forward pass is inf before any scale is applied. No scale helps."),
-        Hint(lambda a, k: a == "fp16",
-             f"fp16's largest value is {lf.get('fp16').max:g}: the activation becomes inf, layer_norm of inf is nan."),
-        Hint(lambda a, k: a == "fp32",
-             "fp32 holds it, but that is not 16 bits. (Keeping just the overflowing op in fp32 is the other fix, "
-             "the one Hugging Face applies to T5's wo layer.)"),
-        Hint(lambda a, k: a == "fp8",
-             f"fp8's range is narrower still: E4M3's largest value is {lf.get('fp8_e4m3').max:g}."),
-    ),
-    why="bf16 has fp32's 8-bit exponent (largest value about 3.4e38): the activation is held, with 8 significant "
-        "bits; the T5 authors trained in bf16."))
+    "first step and GradScaler skips every step. Which change lets it train, still under fp16 autocast? "
+    + " ".join(f"({i}) {text};" for i, text in enumerate(T5_FIXES, 1))[:-1]
+    + ". Answer with the option's number.",
+    "integer", _t5_fix_key, hints=_t5_hints(),
+    otherwise="Not that one: where does the inf appear -- before or after the loss scale is applied?",
+    why="no loss scale reaches the forward pass, so the op that overflows must leave fp16: in fp32 it holds the "
+        "activation, and the rest of the model keeps fp16's speed (Hugging Face keeps T5's wo layer in fp32; bf16, "
+        "with fp32's range, is the other way out, and the T5 authors trained in it)."))
 
 
 # -- DeepSpeed's stop -------------------------------------------------------------------------------
-def _deepspeed_stop_step() -> int:
+DEEPSPEED_POWER = 8
+"""initial_scale_power of the DeepSpeed exercise (11): the clinic's own case starts at the default, 16."""
+
+
+def _deepspeed_stop_step(power: int = DEEPSPEED_POWER) -> int:
     from labkit import scaling
 
-    trace = scaling.simulate("deepspeed", overflows=[True] * 100, init_scale=2**16)
+    trace = scaling.simulate("deepspeed", overflows=[True] * 100, init_scale=2**power, hysteresis=2)
     return int(trace.stopped_at) + 1  # stopped_at counts from 0
 
 
 register(Exercise(
     "deepspeed_stop_step", ("11",),
-    "DeepSpeed fp16 with the config's defaults (initial_scale_power 16, hysteresis 2, min_loss_scale 1, "
-    "consecutive_hysteresis false), and a loss that is inf at every step. At which step, counting from 1, "
-    "does training stop with 'Current loss scale already at minimum - cannot decrease scale anymore. Exiting "
-    "run.'?",
+    f"DeepSpeed fp16 with initial_scale_power {DEEPSPEED_POWER} and the config's other defaults (hysteresis 2, "
+    "min_loss_scale 1, consecutive_hysteresis false), and a loss that is inf at every step. At which step, counting "
+    "from 1, does training stop with 'Current loss scale already at minimum - cannot decrease scale anymore. "
+    "Exiting run.'?",
     "integer", _deepspeed_stop_step,
     hints=(
+        Hint(lambda a, k: a == _deepspeed_stop_step(16),
+             "That is where notebook 11's run stops, from the default initial_scale_power 16; this one starts at "
+             f"2^{DEEPSPEED_POWER}."),
         Hint(lambda a, k: a == k - 1,
              lambda a, k: f"{a} steps bring the scale down to min_loss_scale, but reaching the floor does not stop "
                           "the run: the next overflow, arriving at the floor, raises."),
@@ -173,8 +244,9 @@ register(Exercise(
              lambda a, k: f"From 2^{k - 2}, halving once per step, the scale needs {k - 2} steps to reach 1: the stop "
                           "cannot come sooner."),
     ),
-    why="step 1 uses up the hysteresis, steps 2-17 halve 2^16 down to 1, and the overflow at step 18 arrives at "
-        "the floor and raises. By then no smaller scale could help: overflows that last that long come from the "
-        "forward pass."))
+    why=f"step 1 uses up the hysteresis, steps 2-{DEEPSPEED_POWER + 1} halve 2^{DEEPSPEED_POWER} down to 1, and the "
+        f"overflow at the next step arrives at the floor and raises. By then no smaller scale could help: overflows "
+        "that last that long come from the forward pass."))
 
-__all__ = ["FP16_GRADIENT_FIXES", "T5_ACTIVATION", "fp16_fix_outcomes"]
+__all__ = ["DEEPSPEED_POWER", "FP16_GRADIENT_FIXES", "T5_ACTIVATION", "T5_FIXES", "T5_STEPS", "fp16_fix_outcomes",
+           "t5_fix_outcomes"]

@@ -34,12 +34,16 @@ KINDS = {
     "integer": "a whole number (an int)",
     "bool": "True or False",
     "precision": "a precision name: 'fp32', 'fp16', 'fp16 + loss scaling', 'bf16' or 'fp8'",
+    "dtype": "a dtype name: 'fp32', 'bf16' or 'fp16' ('float32', 'bfloat16', 'float16' and 'half' work too)",
     "calls": "a list of call names, in order (see labkit.exercises.AMP_CALLS)",
 }
 """Answer kinds: what `check` accepts for an exercise, as the TypeError says it."""
 
 PRECISION_ANSWERS = ("fp32", "fp16", "fp16 + loss scaling", "bf16", "fp8")
 _PRECISION_ALIASES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "half": "fp16", "float8": "fp8"}
+DTYPE_ANSWERS = ("fp32", "bf16", "fp16")
+"""The answers of a "dtype" exercise (a tensor's dtype), in the course's short names."""
+_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 AMP_CALLS = {
     "scaler.scale(loss).backward()": ("backward", "scale_backward", "scaler.scale(loss).backward"),
@@ -85,6 +89,15 @@ def parse_answer(ex_id: str, kind: str, answer):
         if text not in PRECISION_ANSWERS:
             raise ValueError(f"answer to {ex_id!r} must be one of {', '.join(map(repr, PRECISION_ANSWERS))}; "
                              f"got {shown(answer)}")
+        return text
+    if kind == "dtype":  # "fp16", "float16", "torch.float16", "jnp.float16", a numpy dtype (its name)
+        name = answer.name if isinstance(answer, np.dtype) else answer
+        if not isinstance(name, str):
+            raise _kind_error(ex_id, kind, answer)
+        text = re.sub(r"^(torch|jnp|np|numpy|tf|jax\.numpy|ml_dtypes)\.", "", name.strip().lower())
+        text = _DTYPE_ALIASES.get(text, text)
+        if text not in DTYPE_ANSWERS:
+            raise ValueError(f"answer to {ex_id!r} must be {KINDS[kind]}; got {shown(answer)}")
         return text
     if kind == "calls":
         if isinstance(answer, str) or not isinstance(answer, Sequence):
@@ -141,25 +154,33 @@ class Feedback:
     exercise: str
     correct: bool
     message: str
+    answered: bool = True
 
     def __post_init__(self):
         for name in ("exercise", "message"):
             if not isinstance(getattr(self, name), str):
                 raise TypeError(f"Feedback.{name} must be a str; got {shown(getattr(self, name))}")
-        if not isinstance(self.correct, bool):
-            raise TypeError(f"Feedback.correct must be True or False; got {shown(self.correct)}")
+        for name in ("correct", "answered"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Feedback.{name} must be True or False; got {shown(getattr(self, name))}")
+        if self.correct and not self.answered:
+            raise ValueError("Feedback: an exercise with no answer yet cannot be correct")
 
     def __bool__(self) -> bool:
         return self.correct
 
+    @property
+    def _mark(self) -> str:
+        return "✓ right" if self.correct else "✗ not yet" if self.answered else "… your turn"
+
     def __str__(self) -> str:
-        return f"{'✓ right' if self.correct else '✗ not yet'} ({self.exercise}): {self.message}"
+        return f"{self._mark} ({self.exercise}): {self.message}"
 
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        color = "#1a7f37" if self.correct else "#cf222e"
-        mark = "✓ right" if self.correct else "✗ not yet"
+        color = "#1a7f37" if self.correct else "#cf222e" if self.answered else "#6e7781"
+        mark = self._mark
         return (f'<div style="border-left:4px solid {color};padding:4px 8px"><b style="color:{color}">{mark}</b> '
                 f"<code>{html.escape(self.exercise)}</code>: {html.escape(self.message)}</div>")
 
@@ -213,7 +234,11 @@ class Exercise:
         return _equal(answer, key)
 
     def judge(self, answer) -> Feedback:
-        """Feedback on `answer` (checked against `kind` first: TypeError/ValueError if it is not one)."""
+        """Feedback on `answer` (checked against `kind` first: TypeError/ValueError if it is not one).
+        ``None`` is the notebook's placeholder: no answer yet, so no judgement and no hint."""
+        if answer is None:
+            return Feedback(self.id, False, f"no answer yet: replace None with {KINDS[self.kind]}, then run the cell.",
+                            answered=False)
         answer = parse_answer(self.id, self.kind, answer)
         key = self.solve()
         if self.is_right(answer, key):
@@ -264,13 +289,17 @@ def check(exercise_id: str, answer) -> Feedback:
     """Judge a learner's `answer` to exercise `exercise_id`: right, or wrong and why.
 
     A wrong answer of the right kind is a `Feedback` (``correct=False``) whose message aims at
-    the likely misconception and never prints the answer. An unknown id (ValueError, listing the
-    ids) or an answer of the wrong kind (TypeError, saying what kind is expected) raises.
+    the likely misconception and never prints the answer. ``None`` is the placeholder a notebook
+    stores: it says what kind of answer to put there, and nothing about the answer. An unknown id
+    (ValueError, listing the ids) or an answer of the wrong kind (TypeError, saying what kind is
+    expected) raises.
 
     >>> check("bf16_of_257", 256).correct
     True
     >>> print(check("bf16_of_257", 257).message)
     bf16 has 8 significant bits (7 stored, 1 implicit): 257 = 2^8 + 1 needs 9, so bf16 cannot hold it.
+    >>> print(check("bf16_of_257", None))  # doctest: +ELLIPSIS
+    … your turn (bf16_of_257): no answer yet: replace None with a number (int or float; ...), then run the cell.
     """
     return get(exercise_id).judge(answer)
 
@@ -286,8 +315,8 @@ def _short(question: str, width: int = 72) -> str:
 
 
 def exercises(notebook: str | None = None):
-    """A `labkit.table.Table` of the exercises: all, or one notebook's (``"01"``, ``1`` or
-    ``"01_float_formats.ipynb"``); ValueError naming the notebooks that have exercises."""
+    """A `labkit.table.Table` of the exercises, in course order: all, or one notebook's (``"01"``, ``1``
+    or ``"01_float_formats.ipynb"``); ValueError naming the notebooks that have exercises."""
     from labkit.table import Table
 
     if notebook is not None:
@@ -300,11 +329,12 @@ def exercises(notebook: str | None = None):
             notebook = f"{int(notebook):02d}" if 0 <= notebook < 100 else str(notebook)
         if notebook not in known:
             raise ValueError(f"notebook {shown(notebook)} has no exercises; choose one of {', '.join(known)}")
-    rows = [(ex.id, ", ".join(ex.notebooks), ex.kind, _short(ex.question))
-            for ex in _REGISTRY.values() if notebook is None or notebook in ex.notebooks]
+    rows = [(ex.id, ", ".join(ex.notebooks), ex.kind, _short(ex.question))  # in course order, then as registered
+            for ex in sorted(_REGISTRY.values(), key=lambda ex: ex.notebooks[0])
+            if notebook is None or notebook in ex.notebooks]
     title = "Exercises" + (f" of notebook {notebook}" if notebook else "") + ": check(id, answer)"
     return Table(("id", "notebook", "answer", "question"), tuple(rows), title)
 
 
-__all__ = ["AMP_CALLS", "EXERCISES", "KINDS", "PRECISION_ANSWERS", "Exercise", "Feedback", "Hint", "check",
-           "exercises", "get", "register", "show"]
+__all__ = ["AMP_CALLS", "DTYPE_ANSWERS", "EXERCISES", "KINDS", "PRECISION_ANSWERS", "Exercise", "Feedback", "Hint",
+           "check", "exercises", "get", "register", "show"]

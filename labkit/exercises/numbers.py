@@ -57,23 +57,6 @@ register(Exercise(
     why="257 is a tie between 256 and 258; ties go to the even mantissa, 1.0000000 x 2^8."))
 
 register(Exercise(
-    "fp16_of_65519_9", ("01",),
-    "Predict the value 65519.9 becomes in fp16 (fp16's largest finite value is 65504).",
-    "number", lambda: float(_round(_fp16, 65519.9)),
-    hints=(
-        Hint(lambda a, key: math.isinf(a),
-             f"fp16 overflows only from max + ulp/2 upward (at the top the ulp is {_spacing(_fp16, _fp16.max):g}); "
-             "65519.9 is below that threshold, so it rounds to a finite neighbour."),
-        Hint(lambda a, key: math.isnan(a), "Rounding a finite number never gives NaN (NaN comes from 0/0, inf - inf)."),
-        Hint(lambda a, key: a > _fp16.max,
-             lambda a, key: f"{a:g} is above fp16's largest finite value, {_fp16.max:g}: fp16 cannot store it."),
-        Hint(lambda a, key: not _is_value_of(_fp16)(a, key),
-             f"That is not an fp16 value: in [2^15, 2^16) fp16 values are {_spacing(_fp16, 2.0**15):g} apart."),
-    ),
-    otherwise="An fp16 value, but not the nearest one to 65519.9.",
-    why="65519.9 is within half an ulp (16) of fp16's max, so it rounds down to the max."))
-
-register(Exercise(
     "fp16_of_65520", ("01",),
     "Predict the value 65520.0 becomes in fp16 (numpy.float16(65520.0) checks you).",
     "number", lambda: float(_round(_fp16, 65520.0)),
@@ -120,8 +103,7 @@ register(Exercise(
 # -- 02: underflow ------------------------------------------------------------------------------------
 register(Exercise(
     "fp16_smallest_subnormal", ("02",),
-    "What is the smallest positive number fp16 can store -- the smallest gradient that survives fp16 "
-    "without loss scaling? (A float within 1% is right.)",
+    "What is the smallest positive number fp16 can store? (A float within 1% is right.)",
     "number", lambda: float(_fp16.smallest_subnormal), rel_tol=0.01,
     hints=(
         Hint(lambda a, key: math.isclose(a, _fp16.smallest_normal, rel_tol=0.01),
@@ -138,16 +120,6 @@ register(Exercise(
     ),
     otherwise="fp16 cannot store a positive number that small: it rounds to 0 or up.",
     why="2^-24 (about 5.96e-8): 2^-14 (smallest normal) x 2^-10 (the last mantissa bit)."))
-
-register(Exercise(
-    "fp16_underflows_1e_8", ("02",),
-    "Does a gradient of 1e-8 underflow (round to 0) when cast to fp16? Answer True or False.",
-    "bool", lambda: bool(_round(_fp16, 1e-8) == 0),
-    hints=(Hint(lambda a, key: a != key,
-                lambda a, key: (f"1e-8 is below half of fp16's smallest subnormal (2^-25 ~ "
-                                f"{_fp16.smallest_subnormal / 2:.3g}): round-to-nearest gives 0." if key else
-                                "It survives: it is above half the smallest subnormal.")),),
-    why="1e-8 < 2^-25: it rounds to zero. Scaled by 2^2 it would survive as a subnormal; by 2^13 it would be normal."))
 
 register(Exercise(
     "fp16_of_5e_8", ("02",),

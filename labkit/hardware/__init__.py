@@ -28,6 +28,7 @@ which gives the Ampere RTX 3090 fp16 and any GPU it does not list fp32.
 """
 
 from labkit.hardware.advice import PRECISIONS, Advice, Native, advise, native_precision, native_table
+from labkit.hardware.ceiling import CEILING_SLACK, Ceiling, speedup_ceiling
 from labkit.hardware.detect import PACKAGES, detect, detect_cpu, package_versions
 from labkit.hardware.examples import (
     EXAMPLES, SEED_004_TABLE, advice_table, example_report, seed_004_comparison, seed_004_select_precision,
@@ -53,6 +54,8 @@ __all__ = [
     "PRECISIONS",
     "SEED_004_TABLE",
     "Advice",
+    "CEILING_SLACK",
+    "Ceiling",
     "Native",
     "CPUInfo",
     "FrameworkInfo",
@@ -76,6 +79,7 @@ __all__ = [
     "parse_sysctl",
     "seed_004_comparison",
     "seed_004_select_precision",
+    "speedup_ceiling",
     "subnormal_behaviour",
     "tf32_defaults",
     "tpu_from_environment",

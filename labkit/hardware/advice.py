@@ -34,7 +34,7 @@ class Advice:
     device the advice is for; ``by_framework`` maps ``"torch"``, ``"jax"``, ``"tensorflow"``
     to the precision to train in with that framework, which is ``precision`` unless the
     framework cannot use the units here (JAX on a CPU: XLA:CPU runs bf16 dots as fp32 dots
-    between conversions, so bf16 is slower than fp32 there); ``frameworks`` maps the same
+    between conversions, so bf16 gains nothing there); ``frameworks`` maps the same
     names to how to ask for it.
     """
 
@@ -180,7 +180,7 @@ def _per_framework(advice: Advice, report: HardwareReport) -> Advice:
         if not native.native:
             how[name] = _HOW["fp32", "any"][name]
             notes.insert(0, f"{name}: fp32, not {advice.precision}: {native.why}, so {advice.precision} "
-                            "is slower than fp32 there (notebooks 06 and 07 measure it).")
+                            "gains nothing over fp32 there, and is often slower (notebooks 06 and 07 measure it).")
     return dataclasses.replace(advice, frameworks=how, notes=tuple(notes), by_framework=by)
 
 

@@ -42,7 +42,8 @@ FP16_KEYS = {
     "loss_scale": (0, "0 = dynamic loss scaling; any other value = that static scale (steps still skipped on overflow)"),
     "initial_scale_power": (16, "the dynamic scale starts at 2**initial_scale_power"),
     "loss_scale_window": (1000, "grow the scale x2 after window + 1 steps without overflow, then every window"),
-    "hysteresis": (2, "overflows forgiven (step skipped, scale kept) before the scale is halved"),
+    "hysteresis": (2, "the scale halves at the hysteresis-th overflow (2: the first is forgiven, its step "
+                      "still skipped); the count refills only when the scale grows"),
     "consecutive_hysteresis": (False, "refill the hysteresis after every good step, not only at growth"),
     "min_loss_scale": (1, "floor of the scale; an overflow at the floor stops training with an exception"),
     "fp16_master_weights_and_grads": (False, "keep master weights and gradients in fp16 too (ZeRO-Offload only)"),

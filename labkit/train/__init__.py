@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import importlib
 
-from labkit._validate import choice
+from labkit._validate import choice, shown
 from labkit.train import data, models, report
 from labkit.train.config import DATASETS, FRAMEWORKS, MODELS, PRECISIONS, TORCH_OPTIMIZERS, TORCH_PRECISIONS, RunConfig
 from labkit.train.lessons import GradientError, gradient_error, gradient_error_table, moved_fraction
-from labkit.train.loop import RunFailed, StepOut, train
+from labkit.train.loop import RunFailed, StepOut, train, train_in_turns
 from labkit.train.result import RunResult, log_path
 
 _RUNNERS = {"torch": "labkit.train.torch.stepper", "jax": "labkit.train.jax.stepper", "tf": "labkit.train.tf.stepper"}
@@ -41,6 +41,42 @@ def run(config: RunConfig) -> RunResult:
     return train(config, _make_stepper)
 
 
+def run_in_turns(configs) -> list[RunResult]:
+    """Train every config in `configs`, one step of each in turn, and return their results in order.
+
+    Use it to compare step times: run one after the other, a run that happens to meet a burst of
+    other work on the machine (another program, a notebook next door) is slowed alone, and its
+    speed ratio to the others is that burst's, not its precision's. In turns, a burst slows every
+    run alike; who goes first changes every round. Each run's losses, scales and accuracy are those
+    `run(config)` gives (the runs share no state: the same config gives the same numbers either
+    way); only `step_times` are measured differently. Every model is held in memory at once, and on
+    a GPU a peak-memory figure (``peak_bytes``) is the process's, shared by the runs. One device per
+    run (``devices=1``).
+
+    >>> fast, slow = run_in_turns([RunConfig("torch", p, steps=20, progress=False)     # doctest: +SKIP
+    ...                            for p in ("fp32", "bf16")])
+    """
+    if isinstance(configs, RunConfig) or not isinstance(configs, (list, tuple)):
+        raise TypeError("configs must be a list of RunConfigs, e.g. [RunConfig('torch', p) for p in ('fp32', "
+                        f"'bf16')]; got {type(configs).__name__} {shown(configs)}")
+    if not configs:
+        raise ValueError("configs must hold at least one RunConfig")
+    for i, c in enumerate(configs):
+        if not isinstance(c, RunConfig):
+            raise TypeError(f"configs must hold RunConfigs; configs[{i}] is {type(c).__name__} {shown(c)}")
+        if c.devices > 1:
+            raise ValueError(f"configs[{i}] asks for devices={c.devices}: runs in turns take one device each "
+                             "(run a multi-device config with run())")
+    outs = [str(log_path(c.out)) for c in configs if c.out is not None]
+    shared = sorted({o for o in outs if outs.count(o) > 1})
+    if shared:
+        raise ValueError(f"configs write to the same out file ({', '.join(shared)}): give each run its own out, "
+                         "or None")
+    for c in configs:
+        runner(c.framework)  # an ImportError naming the extra, before any model is built
+    return train_in_turns(list(configs), _make_stepper)
+
+
 def runner(framework: str):
     """The runner module of `framework` (``labkit.train.torch.stepper`` ...), imported now, whose
     ``make_stepper(config, data)`` builds the `Stepper` the loop drives; an ImportError naming the
@@ -56,4 +92,5 @@ def _make_stepper(config: RunConfig, data):
 
 
 __all__ = ["DATASETS", "FRAMEWORKS", "GradientError", "MODELS", "PRECISIONS", "RunConfig", "TORCH_OPTIMIZERS", "TORCH_PRECISIONS", "RunFailed", "RunResult", "StepOut",
-           "data", "gradient_error", "gradient_error_table", "models", "moved_fraction", "report", "run", "runner"]
+           "data", "gradient_error", "gradient_error_table", "models", "moved_fraction", "report", "run", "run_in_turns",
+           "runner"]

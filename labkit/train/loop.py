@@ -13,6 +13,8 @@
 
 Keeping the loop here means timing, logging, divergence and interruption behave the same
 way in PyTorch, JAX and TensorFlow; the frameworks differ only where they really do.
+`train_in_turns` drives several runs through the same loop, one step of each in turn, so that
+their step times can be compared.
 """
 
 from __future__ import annotations
@@ -79,46 +81,125 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
     """
     if not isinstance(config, RunConfig):
         raise TypeError(f"train() takes a RunConfig, got {type(config).__name__}")
+    live = _Live(config, make_stepper)
     try:
-        rec = Recorder(config)  # the header is on disk from here on
-    except LogWriteFailed as exc:
-        raise RunFailed(f"the run failed before its first step: {exc}",
-                        RunResult(config=config, status="failed", error=_describe(exc))) from exc
-    try:
-        data = load(config.dataset, seed=config.seed)
-        stepper = make_stepper(config, data)  # raises before any work for an unusable config
-    except BaseException:
-        rec.discard()
-        raise
-    bar = None
-    try:
-        rec.start(stepper.device)
-        feed = batches(data, config.batch_size, seed=config.seed)
-        inject = set(config.inject_overflow)
-        bar = progress_bar(config)
-        for i in range(config.steps):
-            x, y = next(feed)
-            start = time.perf_counter()
-            out = stepper.step(x, y, i in inject)
-            elapsed = time.perf_counter() - start
-            rec.step(out.loss, elapsed, out.grad_norm, out.scale, out.skipped)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
-            if not math.isfinite(out.loss):
-                return rec.end("diverged", diverged_step=i, diverged_where=stepper.nonfinite_layer(),
-                               memory=stepper.memory().to_dict(), extra=_extra(stepper))
-        accuracy = float(stepper.evaluate(data.x_test, data.y_test))
-        return rec.end("ok", metric={"name": "accuracy", "value": accuracy}, memory=stepper.memory().to_dict(),
-                       extra=_extra(stepper))
+        live.start()
+        while (result := live.advance()) is None:
+            pass
+        return result
     except KeyboardInterrupt:
-        return rec.end("interrupted")  # never raises: a log without its end line reads as interrupted
+        return live.rec.end("interrupted")  # never raises: a log without its end line reads as interrupted
     except Exception as exc:
-        result = rec.end("failed", error=_describe(exc))  # never raises, even when the disk is full
+        result = live.rec.end("failed", error=_describe(exc))  # never raises, even when the disk is full
         raise RunFailed(f"the run failed after {result.steps_done} steps: {exc}", result) from exc
     finally:
-        if bar is not None:
-            bar.close()
+        live.close()
+
+
+def train_in_turns(configs, make_stepper: Callable[[RunConfig, Dataset], Stepper]) -> list[RunResult]:
+    """The loop above for several runs at once, one step of each in turn, so that their step times
+    are measured side by side (`labkit.train.run_in_turns` says why)::
+
+        build every stepper (a refused config: its error, and no run starts)
+        for round k = 0, 1, ...:                   until every run has ended
+            for each run still going, from run k mod n on:
+                one step of it (after its last step: its evaluation)
+
+    Each run keeps its own batches, log and result; a run that diverges ends there and the others go
+    on. If one fails, it ends "failed", the others "interrupted", and `RunFailed` holds the failed
+    one's result; an interrupt ends every unfinished run "interrupted" and returns them all.
+    """
+    if isinstance(configs, RunConfig) or not isinstance(configs, (list, tuple)):
+        raise TypeError(f"configs must be a list of RunConfigs; got {type(configs).__name__}")
+    if not configs:
+        raise ValueError("configs must hold at least one RunConfig")
+    for c in configs:
+        if not isinstance(c, RunConfig):
+            raise TypeError(f"configs must hold RunConfigs; got {type(c).__name__}")
+    lives: list[_Live] = []
+    try:
+        for c in configs:
+            lives.append(_Live(c, make_stepper))
+    except BaseException:
+        for live in lives:
+            live.rec.discard()  # nothing ran
+        raise
+    results: list[RunResult | None] = [None] * len(lives)
+    current = 0
+    try:
+        for current, live in enumerate(lives):
+            live.start()
+        k = 0
+        while any(r is None for r in results):
+            for j in range(len(lives)):
+                current = (k + j) % len(lives)  # who goes first changes every round
+                if results[current] is None:
+                    results[current] = lives[current].advance()
+            k += 1
+        return results
+    except KeyboardInterrupt:
+        return [r if r is not None else live.rec.end("interrupted") for r, live in zip(results, lives)]
+    except Exception as exc:
+        failed = lives[current].rec.end("failed", error=_describe(exc))
+        for j, live in enumerate(lives):
+            if results[j] is None and j != current:
+                live.rec.end("interrupted")
+        c = configs[current]
+        raise RunFailed(f"run {current} ({c.framework} {c.precision} {c.model}) failed after {failed.steps_done} "
+                        f"steps: {exc}", failed) from exc
+    finally:
+        for live in lives:
+            live.close()
+
+
+class _Live:
+    """One run the loop drives: its log (`Recorder`), its stepper, its batches and its progress bar."""
+
+    def __init__(self, config: RunConfig, make_stepper):
+        try:
+            self.rec = Recorder(config)  # the header is on disk from here on
+        except LogWriteFailed as exc:
+            raise RunFailed(f"the run failed before its first step: {exc}",
+                            RunResult(config=config, status="failed", error=_describe(exc))) from exc
+        try:
+            self.data = load(config.dataset, seed=config.seed)
+            self.stepper = make_stepper(config, self.data)  # raises before any work for an unusable config
+        except BaseException:
+            self.rec.discard()
+            raise
+        self.config, self.bar, self.i = config, None, 0
+
+    def start(self) -> None:
+        self.rec.start(self.stepper.device)
+        self.feed = batches(self.data, self.config.batch_size, seed=self.config.seed)
+        self.inject = set(self.config.inject_overflow)
+        self.bar = progress_bar(self.config)
+
+    def advance(self) -> RunResult | None:
+        """One step, timed around ``stepper.step`` alone; after the last, the evaluation. The
+        result once the run has ended ("ok" or "diverged"), else None."""
+        if self.i < self.config.steps:
+            x, y = next(self.feed)
+            start = time.perf_counter()
+            out = self.stepper.step(x, y, self.i in self.inject)
+            elapsed = time.perf_counter() - start
+            self.rec.step(out.loss, elapsed, out.grad_norm, out.scale, out.skipped)
+            if self.bar is not None:
+                self.bar.update(1)
+                self.bar.set_postfix(loss=f"{out.loss:.4f}", refresh=False)
+            self.i += 1
+            if not math.isfinite(out.loss):
+                return self.rec.end("diverged", diverged_step=self.i - 1, diverged_where=self.stepper.nonfinite_layer(),
+                                    memory=self.stepper.memory().to_dict(), extra=_extra(self.stepper))
+            return None
+        accuracy = float(self.stepper.evaluate(self.data.x_test, self.data.y_test))
+        return self.rec.end("ok", metric={"name": "accuracy", "value": accuracy},
+                            memory=self.stepper.memory().to_dict(), extra=_extra(self.stepper))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def _describe(exc: BaseException) -> str:

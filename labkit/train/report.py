@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from labkit._validate import integer, shown
+from labkit._validate import choice, integer, shown
 from labkit.memory import MemoryReport, param_count
 from labkit.table import Table
 from labkit.train.config import TORCH_PRECISIONS
@@ -63,6 +63,17 @@ def _labels(labels, results) -> list:
     return labels
 
 
+STEP_TIMES = ("median", "best")
+"""What `run_table` and `plot_runs` read from each run's step times (the first step, compilation and
+warm-up, left out): ``"median"``, or ``"best"``, the fastest step -- the one least disturbed by other
+work on the machine, which is what to compare speeds by (runs timed side by side by
+`labkit.train.run_in_turns`)."""
+
+
+def _step_time(r, step_time: str) -> float:
+    return r.best_step_time() if step_time == "best" else r.median_step_time()
+
+
 def _emulated(results) -> str:
     """The title a speed table needs when it holds fp8 / MX runs emulated on a CPU ("" when none does)."""
     names = []
@@ -76,11 +87,12 @@ def _emulated(results) -> str:
     return f"{', '.join(names)}: emulated on CPU (fp8 values, fp32 matmuls); their step times are not fp8 speed"
 
 
-def run_table(results, labels=None) -> Table:
+def run_table(results, labels=None, step_time: str = "median") -> Table:
     """One row per run: status, final loss, accuracy, skipped steps, median step time
     (the first step -- compilation, warm-up -- left out), samples/s, the parameter and
     optimizer-state bytes the framework reported, and model-state bytes per parameter
     (weights + gradients + optimizer states: 16 for Adam in fp32 and under autocast).
+    ``step_time="best"`` shows each run's fastest step instead (`STEP_TIMES`), and samples/s at it.
 
     fp8 / MX runs on a CPU are emulated (torchao decodes the fp8 values and multiplies in fp32):
     the table's title then says so, since their step times are not fp8's speed.
@@ -92,9 +104,10 @@ def run_table(results, labels=None) -> Table:
     """
     results = _runs(results)
     labels = _labels(labels, results)
+    step_time = choice("step_time", step_time, STEP_TIMES)
     rows = []
     for label, r in zip(labels, results):
-        t = r.median_step_time()
+        t = _step_time(r, step_time)
         ok = t > 0 and math.isfinite(t)
         rows.append((
             label, r.status, f"{r.final_loss:.4f}", f"{r.metric['value']:.3f}" if r.metric else "-",
@@ -102,7 +115,7 @@ def run_table(results, labels=None) -> Table:
             _kib(r.memory.get("parameter_bytes")), _kib(r.memory.get("optimizer_state_bytes")),
             _state_bytes_per_param(r),
         ))
-    cols = ("run", "status", "final loss", "accuracy", "skipped", "median step ms", "samples/s",
+    cols = ("run", "status", "final loss", "accuracy", "skipped", f"{step_time} step ms", "samples/s",
             "params KiB", "opt state KiB", "state B/param")
     return Table(cols, tuple(rows), _emulated(results))
 
@@ -110,8 +123,9 @@ def run_table(results, labels=None) -> Table:
 _STYLES = (("-", 2.6), ("--", 1.8), (":", 2.2), ("-.", 1.4))  # curves that coincide stay visible
 
 
-def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int = 80):
-    """Loss curves overlaid (left) and median step time per run (right); returns the Figure.
+def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int = 80, step_time: str = "median"):
+    """Loss curves overlaid (left) and median step time per run (right; ``step_time="best"``: the
+    fastest step, `STEP_TIMES`); returns the Figure.
 
     `smooth` > 1 draws a moving average over that many steps. Steps whose update was
     skipped (fp16 overflows) are marked with an x. The loss axis is logarithmic when the
@@ -129,6 +143,7 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
         raise TypeError(f"title must be a string; got {type(title).__name__} {shown(title)}")
     smooth = integer("smooth", smooth, minimum=1)
     dpi = integer("dpi", dpi, minimum=10, maximum=1000)
+    step_time = choice("step_time", step_time, STEP_TIMES)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.2), dpi=dpi, gridspec_kw={"width_ratios": [3, 2]})
     lows, highs = [], []
     for i, (label, r) in enumerate(zip(labels, results)):
@@ -155,10 +170,10 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
                           f"lr {'/'.join(sorted({f'{r.config.lr:g}' for r in results}))}")
     ax.legend(frameon=False, fontsize=8)
     ax.grid(alpha=0.3)
-    times = [1e3 * r.median_step_time() for r in results]
+    times = [1e3 * _step_time(r, step_time) for r in results]
     bx.barh(labels, [t if math.isfinite(t) else 0 for t in times], color=[f"C{i}" for i in range(len(results))])
     bx.invert_yaxis()
-    bx.set(xlabel="median step time (ms)",
+    bx.set(xlabel=f"{step_time} step time (ms)",
            title="speed on this machine" + ("\n(fp8 emulated on CPU)" if _emulated(results) else ""))
     finite_t = [t for t in times if math.isfinite(t)]
     if finite_t:
@@ -288,4 +303,5 @@ def zero_memory_table(result: RunResult) -> Table:
     return Table(cols, tuple(rows))
 
 
-__all__ = ["gather_table", "gathered", "loss_gap", "plot_runs", "run_table", "step_time_table", "zero_memory_table"]
+__all__ = ["STEP_TIMES", "gather_table", "gathered", "loss_gap", "plot_runs", "run_table", "step_time_table",
+           "zero_memory_table"]

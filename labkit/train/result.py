@@ -85,6 +85,14 @@ class RunResult:
         mid = len(times) // 2
         return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
 
+    def best_step_time(self, skip_first: int = 1) -> float:
+        """The fastest step, leaving out the first `skip_first`: the step least disturbed by other
+        work on the machine, as `timeit` advises (the median of a loaded machine's steps measures
+        the load). NaN when there are no steps."""
+        skip_first = integer("skip_first", skip_first, minimum=0)
+        times = self.step_times[skip_first:] or self.step_times
+        return min(times) if times else math.nan
+
     def summary(self) -> str:
         cfg = self.config
         metric = f"{self.metric['name']} {self.metric['value']:.3f}" if self.metric else "no metric"

@@ -95,3 +95,15 @@ def test_write_ds_config_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="micro_batch_per_gpu"):
         D.write_ds_config(tmp_path / "x.json", "bf16", micro_batch_per_gpu=0)
     assert not (tmp_path / "x.json").exists()
+
+
+def test_explain_table_says_yes_or_no_default_for_each_key_and_halving_at_the_hysteresis_th_overflow():
+    t = D.explain_table(D.SEED_FP16, "seed sets it?")
+    assert t.columns == ("section", "key", "value", "seed sets it?", "meaning")
+    rows = {(r[0], r[1]): r for r in t.rows}
+    assert rows[("fp16", "enabled")][2:4] == ("True", "yes")
+    assert rows[("bf16", "enabled")][2:4] == ("False", "no (default)")  # the seed's fp16 block leaves bf16 off
+    assert set(t.column("seed sets it?")) == {"yes", "no (default)"}
+    assert "halves at the hysteresis-th overflow (2: the first is forgiven" in rows[("fp16", "hysteresis")][4]
+    with pytest.raises(TypeError, match="written must be a column name"):
+        D.explain_table(D.SEED_FP16, written="")

@@ -14,7 +14,7 @@ from labkit.memory import MemoryReport
 from labkit.train import RunConfig, RunFailed, RunResult, StepOut, run
 from labkit.train import data as D
 from labkit.train import models as M
-from labkit.train.loop import train
+from labkit.train.loop import train, train_in_turns
 
 
 # -- config ------------------------------------------------------------------------------
@@ -220,6 +220,90 @@ def test_load_refuses_a_file_that_is_not_a_run_log(tmp_path):
 def test_median_step_time_skips_the_warm_up():
     r = RunResult(config=RunConfig("torch"), step_times=[9.0, 1.0, 3.0, 2.0])
     assert r.median_step_time() == 2.0 and r.median_step_time(skip_first=0) == 2.5
+
+
+def test_best_step_time_is_the_fastest_step_after_the_warm_up():
+    r = RunResult(config=RunConfig("torch"), step_times=[0.5, 1.0, 3.0, 2.0])
+    assert r.best_step_time() == 1.0 and r.best_step_time(skip_first=0) == 0.5
+    assert RunResult(config=RunConfig("torch"), step_times=[4.0]).best_step_time() == 4.0  # one step: that one
+    assert math.isnan(RunResult(config=RunConfig("torch")).best_step_time())
+
+
+# -- several runs in turns --------------------------------------------------------------------
+class Clocked(SoftmaxRegression):
+    """Writes each step it takes into a shared list, to show the order the runs took turns in."""
+
+    order: list = []
+
+    def __init__(self, config, data, **kw):
+        super().__init__(config, data, **kw)
+        self.name = config.lr
+
+    def step(self, x, y, inject_overflow):
+        Clocked.order.append(self.name)
+        return super().step(x, y, inject_overflow)
+
+
+def turns_cfg(tmp_path, name, **kw):
+    return RunConfig("torch", steps=kw.pop("steps", 6), lr=kw.pop("lr", 0.5), progress=False,
+                     out=str(tmp_path / f"{name}.jsonl"), **kw)
+
+
+def test_runs_in_turns_take_one_step_each_and_keep_their_own_losses(tmp_path):
+    Clocked.order = []
+    configs = [turns_cfg(tmp_path, "a", lr=0.5), turns_cfg(tmp_path, "b", lr=0.1), turns_cfg(tmp_path, "c", lr=0.2)]
+    results = train_in_turns(configs, Clocked)
+    # one step of each per round, and who goes first moves on every round
+    assert Clocked.order[:9] == [0.5, 0.1, 0.2, 0.1, 0.2, 0.5, 0.2, 0.5, 0.1]
+    for c, r in zip(configs, results):
+        alone = train(c.replace(out=None), SoftmaxRegression)
+        assert r.status == "ok" and r.losses == alone.losses and r.metric == alone.metric
+        assert RunResult.load(c.out).losses == r.losses and len(r.step_times) == 6
+
+
+def test_a_run_in_turns_that_diverges_ends_and_the_others_go_on(tmp_path):
+    configs = [turns_cfg(tmp_path, "a", steps=8), turns_cfg(tmp_path, "b", steps=4)]
+    make = lambda c, d: SoftmaxRegression(c, d, blow_up_at=2 if c.steps == 8 else None)
+    a, b = train_in_turns(configs, make)
+    assert a.status == "diverged" and a.diverged_step == 2 and a.steps_done == 3
+    assert b.status == "ok" and b.steps_done == 4
+
+
+def test_a_run_in_turns_that_fails_ends_failed_and_the_others_interrupted(tmp_path):
+    configs = [turns_cfg(tmp_path, "a"), turns_cfg(tmp_path, "b", lr=0.1)]
+    make = lambda c, d: SoftmaxRegression(c, d, fail_at=3 if c.lr == 0.1 else None)
+    with pytest.raises(RunFailed, match=r"run 1 \(torch fp32 mlp\) failed after 3 steps: out of memory") as info:
+        train_in_turns(configs, make)
+    assert info.value.result.status == "failed" and info.value.result.steps_done == 3
+    other = RunResult.load(configs[0].out)
+    assert other.status == "interrupted" and other.steps_done == 3  # run 1 went first in round 3
+
+
+def test_a_config_refused_in_turns_starts_no_run_and_leaves_no_log(tmp_path):
+    def make(c, d):
+        if c.lr == 0.1:
+            raise ValueError("bf16 needs compute capability 8.0")
+        return SoftmaxRegression(c, d)
+
+    configs = [turns_cfg(tmp_path, "a"), turns_cfg(tmp_path, "b", lr=0.1)]
+    with pytest.raises(ValueError, match="compute capability"):
+        train_in_turns(configs, make)
+    assert not (tmp_path / "a.jsonl").exists() and not (tmp_path / "b.jsonl").exists()
+
+
+@pytest.mark.parametrize("configs, error, words", [
+    (None, TypeError, "configs must be a list of RunConfigs"),
+    (RunConfig("torch"), TypeError, "configs must be a list of RunConfigs"),
+    ([], ValueError, "at least one RunConfig"),
+    ([RunConfig("torch"), "fp32"], TypeError, "configs\\[1\\] is str"),
+    ([RunConfig("torch", devices=2)], ValueError, "one device each"),
+    ([RunConfig("torch", out="x.jsonl"), RunConfig("torch", "bf16", out="x.jsonl")], ValueError, "the same out file"),
+])
+def test_run_in_turns_refuses_what_it_cannot_run_before_any_work(configs, error, words):
+    from labkit.train import run_in_turns
+
+    with pytest.raises(error, match=words):
+        run_in_turns(configs)
 
 
 def test_a_steppers_extra_lands_in_the_result_and_the_log(tmp_path):

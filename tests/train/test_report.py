@@ -33,6 +33,19 @@ def test_table_has_a_row_per_run_with_the_median_step_time():
         run_table(two_runs(), labels=["a"])
 
 
+def test_table_and_plot_can_show_each_runs_best_step_instead():
+    fast = by_hand("bf16", [2.3, 1.0, 0.05])
+    fast.step_times = [1.5, 0.004, 0.001]
+    t = run_table([fast], step_time="best")
+    assert "median step ms" not in t.columns and t.column("best step ms") == ["1.00"]
+    assert t.column("samples/s") == ["64000"] and run_table([fast]).column("median step ms") == ["2.50"]
+    fig = plot_runs([fast], step_time="best")
+    assert [p.get_width() for p in fig.axes[1].patches] == pytest.approx([1.0])
+    assert fig.axes[1].get_xlabel() == "best step time (ms)"
+    with pytest.raises(ValueError, match="step_time 'min'; choose one of 'median', 'best'"):
+        run_table([fast], step_time="min")
+
+
 def test_table_counts_model_state_bytes_per_parameter_from_real_runs():
     cfg = RunConfig("torch", width=16, batch_size=8, steps=2, progress=False)
     t = run_table([run(cfg.replace(precision=p)) for p in ("fp32", "bf16", "bf16-pure")])

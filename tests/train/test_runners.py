@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from labkit import scaling
-from labkit.train import PRECISIONS, RunConfig, moved_fraction, run
+from labkit.train import PRECISIONS, RunConfig, moved_fraction, run, run_in_turns
 from labkit.train import data as D
 from labkit.train import models as M
 
@@ -155,6 +155,16 @@ def test_the_same_config_gives_the_same_losses_grad_norms_and_scales(framework, 
     assert a.losses == b.losses and a.grad_norms == b.grad_norms and a.scales == b.scales
     if precision == "fp16":
         assert run(cfg.replace(seed=1)).losses != a.losses
+
+
+def test_runs_in_turns_give_the_losses_of_runs_one_after_the_other(framework, tiny):
+    # one step of each in turn: only the step times are measured differently
+    configs = [tiny(precision=p, steps=4, inject_overflow=(1,) if p == "fp16" else ()) for p in ("fp32", "fp16")]
+    alone, turns = [run(c) for c in configs], run_in_turns(configs)
+    for a, b in zip(alone, turns):
+        assert b.status == "ok" and b.config == a.config and b.device == a.device
+        assert b.losses == a.losses and b.grad_norms == a.grad_norms and b.scales == a.scales
+        assert b.skipped == a.skipped and b.metric == a.metric and len(b.step_times) == 4
 
 
 def test_tf32_changes_nothing_on_a_cpu(framework, tiny):

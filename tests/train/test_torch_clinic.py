@@ -34,16 +34,17 @@ FIXED = {
     "fp16-forward-overflow": ["fp16, ff in fp32: ", "bf16: ", "4 of 4 steps applied"],
     "fp16-params": ["step applied: True; parameters float32, gradients float32"],
     "unscale-twice": ["norm before clipping finite: True, norm after <= 1: True; step applied: True"],
-    "scheduler-warning": ["plain loop: steps skipped [0]", "no warning; the applied steps used lr 0.1, 0.05, 0.025"],
+    "scheduler-warning": ["plain loop: skipped steps [1] (counting from 1)",
+                          "no warning; the applied steps used lr 0.1, 0.05, 0.025"],
     "bf16-gradscaler": ["scaler.scale(loss) is loss: True"],
     "autocast-dtypes": ["-> bfloat16"],
     "qkv-dtype-mismatch": ["output bfloat16 (1, 2, 1, 8)", "under torch.autocast: no error, output bfloat16"],
     "bf16-rope-positions": ["4096 of 4096 positions have distinct angles"],
-    "bf16-grad-accumulation": ["fp32 params + bf16 autocast: .grad fp32"],
+    "bf16-grad-accumulation": ["fp32 params + bf16 autocast: .grad fp32", "summed in an fp32 buffer"],
     "deepspeed-min-scale": ["the replay never stops", "('none', {})"],
     "nan-hunting": ["without anomaly mode: loss finite, gradients finite: False",
                     "no error; loss finite, gradients finite: True"],
-    "cpu-slower": ["bf16 autocast is no faster than fp32 where labkit.hardware says bf16 is emulated"],
+    "cpu-slower": ["width 64: ", "\nwidth 256: ", "at this size"],
 }
 
 
@@ -56,7 +57,8 @@ def test_each_fix_works(ran, name):
 
 def test_fp16_overflow_is_in_the_forward_pass_and_every_scaled_step_is_skipped(ran):
     message = ran["fp16-forward-overflow"].message
-    assert "max |ff(x)| inf" in message and "0 of 4 steps applied, scale 65536 -> 8192" in message
+    assert "max |ff(x)| inf" in message
+    assert "0 of 4 steps applied, scale 65536 at step 1, 8192 at step 4, 4096 after it" in message
     fixed = ran["fp16-forward-overflow"].fixed_output
     amax = [float(v) for v in re.findall(r"max \|ff\(x\)\| ([0-9.e+]+)", fixed)]
     assert len(amax) == 2 and all(65504 < a < 1e6 for a in amax)  # the same activation, now held
@@ -76,6 +78,36 @@ def test_rope_positions_collide_under_bf16_autocast(ran):
     assert float(torch.tensor(257.0).to(torch.bfloat16)) == 256.0
 
 
+def test_summing_many_micro_batches_in_bf16_shortens_the_sum_and_slows_the_loss():
+    from labkit.train.torch.clinic.dtypes import _accumulation_run
+
+    (bf16, kept_bf16), (fp32, kept_fp32) = (_accumulation_run(torch.bfloat16), _accumulation_run(torch.float32))
+    assert bf16[0] == fp32[0] and len(bf16) == len(fp32) == 5  # the same start, 4 steps
+    assert abs(kept_fp32 - 1) < 1e-5 and kept_bf16 < 0.8  # fp32 holds the exact sum; bf16 loses the later terms
+    assert all(b > f for b, f in zip(bf16[1:], fp32[1:])) and bf16[-1] > 5 * fp32[-1]
+    few, _ = _accumulation_run(torch.bfloat16, micro_batches=16)
+    few32, _ = _accumulation_run(torch.float32, micro_batches=16)
+    assert few[-1] < 1.1 * few32[-1]  # over a few micro-batches, bf16's rounding costs the loss nothing visible
+
+
+def test_autocast_lists_show_the_promote_list_and_the_cuda_difference(ran):
+    message = ran["autocast-dtypes"].message
+    assert "torch.cat([bf16 h, fp32 e]) -> float32" in message
+    assert "fp32 e.index_copy(0, idx, bf16 h) -> float32 (outside autocast: RuntimeError:" in message
+    assert "on CUDA, sum and softmax run in fp32" in C.case("autocast-dtypes").symptom
+
+
+def test_a_case_runs_on_one_thread_and_restores_the_thread_count():
+    from labkit.train.torch.clinic.case import one_thread
+
+    threads = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == threads
+    C.case("fp16-params").run()
+    assert torch.get_num_threads() == threads
+
+
 def test_bf16_accumulation_error_grows_and_fp32_stays_tiny(ran):
     def errors(text):
         return {int(n): float(e) for n, e in re.findall(r"N=(\d+): ([0-9.e+-]+)", text)}
@@ -88,7 +120,7 @@ def test_bf16_accumulation_error_grows_and_fp32_stays_tiny(ran):
 
 def test_deepspeed_min_scale_messages_from_labkit_and_deepspeed(ran):
     message = ran["deepspeed-min-scale"].message
-    assert "stopped at step 18 (scale 1 = min_loss_scale" in message
+    assert "stopped at step 18, counting from 1 (scale 1 = min_loss_scale" in message
     assert "ScalerStopped: Current loss scale already at minimum" in message
     if DEEPSPEED:
         assert "\n  Exception: Current loss scale already at minimum - cannot decrease scale anymore." in message
@@ -130,8 +162,49 @@ def test_autocast_speed_check_claims_no_speedup_only_where_emulated():
     fast = C.AutocastSpeed("bf16", 8, 1.0, 0.5, False, "emulated")
     native = C.AutocastSpeed("bf16", 8, 1.0, 0.5, True, "AMX")
     assert slow.check().holds and not fast.check().holds and native.check().holds
-    assert str(fast.check()).startswith("✗ expected: bf16 autocast is no faster than fp32")
+    assert str(fast.check()).startswith("✗ expected: where labkit.hardware says bf16 is emulated, bf16 autocast is "
+                                        "no faster than fp32")
+    assert "native, so this line does not apply" in str(native.check())
     assert "0.50x fp32's time" in str(native)
+
+
+def _speeds(native, small_ratio, large_ratio):
+    return (C.AutocastSpeed("bf16", 64, 1.0, small_ratio, native, "x"),
+            C.AutocastSpeed("bf16", 256, 1.0, large_ratio, native, "x"))
+
+
+@pytest.mark.parametrize("native, small, large, holds", [
+    (True, 1.5, 0.7, (True, True)),     # native: the gain grows with the size -- line 2 applies and holds
+    (True, 0.7, 1.5, (True, False)),    # native, but relatively slower at the larger width: line 2 fails
+    (True, 3.0, 3.0, (True, False)),    # native and no change with size: the claim is "lower", so it fails
+    (False, 2.3, 12.0, (True, True)),   # emulated (a generic kernel): slower at both widths
+    (False, 2.3, 0.8, (False, True)),   # emulated yet faster at one width: line 1 fails
+])
+def test_speed_verdict_says_something_on_native_and_on_emulated_cpus(native, small, large, holds):
+    from labkit.train.torch.clinic.debug import _speed_verdict
+
+    verdict = _speed_verdict(*_speeds(native, small, large))
+    assert tuple(c.holds for c in verdict) == holds
+    lines = str(verdict).splitlines()
+    assert len(lines) == 2 and "width 256 than at width 64" in lines[1]
+    skipped = ["so this line does not apply" in line for line in lines]
+    assert skipped == [native, not native]  # on each machine exactly one line applies
+
+
+def test_speed_verdict_refuses_what_it_cannot_compare():
+    from labkit.train.torch.clinic.debug import _speed_verdict
+
+    small, large = _speeds(True, 1.5, 0.7)
+    with pytest.raises(ValueError, match="smaller width"):
+        _speed_verdict(large, small)
+    with pytest.raises(TypeError, match="must be an AutocastSpeed"):
+        _speed_verdict(small, 0.7)
+
+
+def test_autocast_speed_times_cpu_time_on_one_thread_and_restores_the_thread_count():
+    threads = torch.get_num_threads()
+    s = C.autocast_speed(size=16, repeats=2)
+    assert torch.get_num_threads() == threads and s.fp32_s > 0 and s.autocast_s > 0
 
 
 @pytest.mark.parametrize("kwargs, error", [({"precision": "fp8"}, ValueError), ({"size": 0}, ValueError),
@@ -164,10 +237,15 @@ def test_the_verdicts_check_the_figures_the_case_printed(ran):
     checked = float(re.search(r"\(here: ([0-9.e+-]+)\)", str(accumulation.verdict).splitlines()[0]).group(1))
     assert float(f"{checked:.2g}") == printed  # the same measurement, not a second one
     speed = ran["cpu-slower"]
-    ratio = re.search(r"\(([0-9.]+)x fp32's time\)", speed.message).group(1)
-    assert f"{ratio}x fp32's time" in str(speed.verdict)
+    ratios = re.findall(r"\(([0-9.]+)x fp32's time\)", speed.message)
+    assert len(ratios) == 2
+    assert f"{ratios[0]}x fp32's time at width 64, {ratios[1]}x at width 256" in str(speed.verdict)
+    loss = re.search(r"buffer \(the rest fp32\): the sums hold ([0-9.]+)%", accumulation.message).group(1)
+    kept = float(re.search(r"exact sum's size \(the later ones are rounded away\)  \(here: ([0-9.]+)\)",
+                           str(accumulation.verdict)).group(1))
+    assert abs(kept * 100 - float(loss)) < 0.1
     deepspeed = ran["deepspeed-min-scale"]
-    assert "stops at step 18" in str(deepspeed.verdict)
+    assert "stops at step 18 (counting from 1)" in str(deepspeed.verdict)
     assert "'Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.'" in str(
         deepspeed.verdict)
     assert ("deepspeed " if DEEPSPEED else "DeepSpeed is not installed") in str(deepspeed.verdict)

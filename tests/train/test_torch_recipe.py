@@ -41,9 +41,12 @@ def test_unscaling_every_micro_batch_runs_silently_wrong_and_changes_the_scale_m
 
 
 def test_accumulation_table_has_one_row_per_way_and_shows_torchs_message():
-    t = accumulation_table(1, 2)
+    t = accumulation_table(2, 2)
     assert t.column("way") == list(WAYS)
     assert "No inf checks" in t.column("torch says")[1] and t.column("torch says")[0] == "-"
+    # one error per optimizer step, as the scales are shown: the figures a check reads are all there
+    silent = accumulate(2, 2, way=WAYS[2])
+    assert t.column("gradient error vs one big batch, per step")[2] == " | ".join(f"{e:.2%}" for e in silent.grad_errors)
 
 
 def test_accumulate_refuses_bad_values_naming_what_is_allowed():

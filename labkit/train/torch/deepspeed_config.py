@@ -139,6 +139,22 @@ def explain(config: dict) -> list[dict]:
     return rows
 
 
+def explain_table(config: dict, written: str = "in the config?"):
+    """`explain` as a Table: section, key, value, whether `config` writes the key -- "yes", or
+    "no (default)" where the value shown is DeepSpeed's default -- and its meaning. `written`
+    names that column (notebook 08: "seed sets it?").
+
+    >>> explain_table(SEED_FP16, "seed sets it?").column("seed sets it?")[:2]
+    ['yes', 'no (default)']
+    """
+    from labkit.table import Table
+
+    if not isinstance(written, str) or not written.strip():
+        raise TypeError(f"written must be a column name (a non-empty string), got {shown(written)}")
+    rows = [{**row, written: "no (default)" if row["default"] else "yes"} for row in explain(config)]
+    return Table.from_dicts(rows, ["section", "key", "value", written, "meaning"])
+
+
 def zero_memory(n_params: int, ranks: int, stage: int, optimizer: str = "adam") -> dict[str, float]:
     """Bytes of model states per rank under ZeRO `stage` over `ranks` (ZeRO paper, Rajbhandari et al. 2020).
 
@@ -263,4 +279,4 @@ def engine_config(config) -> dict:
 
 
 __all__ = ["CHECKED_AGAINST", "INSTALL_HINT", "KEYS", "SEED_BF16", "SEED_FP16", "SOURCE", "communication_dtype", "deepspeed_installed",
-           "engine_config", "explain", "simulate_loss_scale", "write_ds_config", "zero_memory"]
+           "engine_config", "explain", "explain_table", "simulate_loss_scale", "write_ds_config", "zero_memory"]

@@ -1,10 +1,12 @@
 """The clinic: the errors people actually hit in mixed precision training, reproduced and fixed.
 
 Each entry (`Entry`) makes a real library fail the way a learner meets it -- an exception, a warning,
-a nan, a slow step -- catches the library's own message at run time, then runs the fix. `clinic()`
-lists the entries; ``case(name).run()`` returns the `Case` a notebook prints: trigger, message, fix,
-the fix's output, and why. The messages are never copies: they are what the torch (and DeepSpeed)
-installed here print, and `Case.reproduced` says whether they still hold the entry's stable part.
+a nan, a slow step -- then runs the fix. `clinic()` lists the entries; ``case(name).run()`` returns the
+`Case` a notebook prints: trigger, message, fix, the fix's output, and why. Where the library raises or
+warns, the message is its own, caught at run time and never copied: what the torch (and DeepSpeed)
+installed here print; `Case.reproduced` says whether it still holds the entry's stable part. Where the
+failure is quiet (a nan loss, a drifting sum, a slow step), the message is labkit's summary of the run;
+DeepSpeed's entry replays its scaler with `labkit.scaling`, which raises DeepSpeed's words.
 
 * `amp`: GradScaler -- an activation past fp16's max that no scale fixes (T5), fp16 parameters,
   ``unscale_`` twice, the scheduler warning after a skipped step, GradScaler with bf16;
@@ -13,8 +15,8 @@ installed here print, and `Case.reproduced` says whether they still hold the ent
 * `debug`: DeepSpeed's "Current loss scale already at minimum", NaN hunting with anomaly mode, and
   mixed precision slower than fp32 on a CPU (`autocast_speed`, with its verdict).
 
-JAX's and TensorFlow's own errors live in their rooms. Everything runs on the CPU, in a second or two
-per case (the first fp16 and bf16 matmuls of a process pay oneDNN's start-up once).
+JAX's and TensorFlow's own errors live in their rooms. Everything runs on the CPU, on one thread
+(`case.one_thread`: the tensors are tiny, and threads only wait for cores on a busy machine).
 
 >>> print(case("fp16-params").run().message)
 ValueError: Attempting to unscale FP16 gradients.

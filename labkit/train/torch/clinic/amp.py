@@ -19,7 +19,7 @@ FP16_MAX = torch.finfo(torch.float16).max  # 65504
 
 
 # -- an activation past fp16's max: no loss scale helps -------------------------------------------
-class _FFBlock(nn.Module):
+class FFBlock(nn.Module):
     """T5's feed-forward sublayer in miniature: ``layer_norm(x + ff(x))`` then a head. ff's weights
     (~300) times inputs (~16) summed over 16 features give outputs near 76800 > 65504."""
 
@@ -43,8 +43,9 @@ class _FFBlock(nn.Module):
 
 
 def _ff_run(mode: str, steps: int = 4) -> tuple[list[float], list[float], list[bool], list[float]]:
-    """(losses, largest |ff(x)| per step, applied per step, scales) of `steps` SGD steps."""
-    model = _FFBlock(ff_in_fp32=mode == "fp16, ff in fp32")
+    """(losses, largest |ff(x)| per step, applied per step, scales) of `steps` SGD steps: the scale each
+    step used, then the scale after the last step."""
+    model = FFBlock(ff_in_fp32=mode == "fp16, ff in fp32")
     dtype = torch.bfloat16 if mode == "bf16" else torch.float16
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", enabled=dtype == torch.float16)
@@ -62,13 +63,15 @@ def _ff_run(mode: str, steps: int = 4) -> tuple[list[float], list[float], list[b
         amax.append(model.amax)
         scales.append(before)
         applied.append(scaler.get_scale() >= before)
-    return losses, amax, applied, scales
+    return losses, amax, applied, scales + [scaler.get_scale()]
 
 
 def _ff_text(mode: str) -> str:
     losses, amax, applied, scales = _ff_run(mode)
     finite = "finite" if all(math.isfinite(v) for v in losses) else "nan" if any(map(math.isnan, losses)) else "inf"
-    scale = f", scale {scales[0]:g} -> {scales[-1]:g}" if mode != "bf16" else " (no GradScaler)"
+    n = len(applied)
+    scale = (f", scale {scales[0]:g} at step 1, {scales[n - 1]:g} at step {n}, {scales[n]:g} after it"
+             if mode != "bf16" else " (no GradScaler)")
     return (f"{mode}: max |ff(x)| {max(amax):.3g} (fp16's max is {FP16_MAX:g}), loss {finite} at every step; "
             f"{sum(applied)} of {len(applied)} steps applied{scale}")
 
@@ -166,7 +169,8 @@ def _scheduler_fix() -> str:
     (plain, applied), _ = warned(lambda: _schedule(False), "lr_scheduler.step()")
     (aware, aware_applied), texts = warned(lambda: _schedule(True), "lr_scheduler.step()")
     used = lambda lrs, ok: ", ".join(f"{lr:g}" for lr, a in zip(lrs, ok) if a)  # noqa: E731
-    return (f"plain loop: steps skipped {[i for i, a in enumerate(applied) if not a]}; the applied steps used lr "
+    return (f"plain loop: skipped steps {[i + 1 for i, a in enumerate(applied) if not a]} (counting from 1); the "
+            f"applied steps used lr "
             f"{used(plain, applied)} (the schedule's first lr, {plain[0]:g}, was never used)\n"
             f"sched.step() only when scaler.get_scale() did not drop: {'no warning' if not texts else 'warned'}; "
             f"the applied steps used lr {used(aware, aware_applied)}")
@@ -265,4 +269,4 @@ ENTRIES = (
           _bf16_scaler, _bf16_scaler_fix),
 )
 
-__all__ = ["ENTRIES"]
+__all__ = ["ENTRIES", "FFBlock"]

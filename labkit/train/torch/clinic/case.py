@@ -1,12 +1,14 @@
 """The clinic's two records: an `Entry` (one error, how to make it happen, how to fix it) and the
 `Case` that running it returns (what the library really printed, and what the fix printed).
 
-The messages are never copies: each trigger calls the real library and catches what it raises or
-warns, so a ``Case`` shows the text of the torch (or DeepSpeed) installed here.
+Where the library raises or warns, the message is never a copy: the trigger calls the real library and
+catches what it raises or warns, so a ``Case`` shows the text of the torch (or DeepSpeed) installed here.
+A quiet failure's message is labkit's summary of what the run did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import html
 import textwrap
 import warnings
@@ -119,11 +121,27 @@ class Entry:
                              "verdict, the check that reads the same wherever its lesson holds")
 
     def run(self) -> Case:
-        """Trigger, then fix, then (for an entry that is not portable) the verdict on what they printed."""
-        message = self.run_trigger()
-        fixed = self.run_fix()
+        """Trigger, then fix, then (for an entry that is not portable) the verdict on what they printed,
+        all on one thread (`one_thread`)."""
+        with one_thread():
+            message = self.run_trigger()
+            fixed = self.run_fix()
+            verdict = None if self.verdict is None else self.verdict()
         return Case(self.name, self.trigger, message, self.fix, fixed, self.why, self.expect in message, versions(),
-                    None if self.verdict is None else self.verdict())
+                    verdict)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """PyTorch on one thread inside, its thread count restored after: the clinic's tensors are tiny, so
+    threads gain nothing, and on a busy machine each op's threads wait for cores (a case that takes 0.1 s
+    alone took 5 s on two threads of a loaded 2-core machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _texts(record, fields) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -88,7 +87,8 @@ def _deepspeed_min_scale() -> str:
     stop = _deepspeed_stop()
     if stop is None:
         return "(labkit's DeepSpeed scaler did not stop)"
-    lines = [f"labkit.scaling.DeepSpeedLossScaler, every step overflowing from 2**16: stopped at step {stop.step} "
+    lines = [f"labkit.scaling.DeepSpeedLossScaler, every step overflowing from 2**16: stopped at step {stop.step}, "
+             f"counting from 1 "
              f"(scale {stop.scale:g} = min_loss_scale, hysteresis used up):", "  " + stop.ours]
     if stop.theirs is None:
         return "\n".join(lines + ["DeepSpeed is not installed here (pip install 'labkit[deepspeed]'): no message "
@@ -105,6 +105,7 @@ def _deepspeed_verdict():
     words = stop.ours.split(": ", 1)[1] if stop else "(no stop)"
     same = stop is not None and (stop.theirs is None or stop.theirs.split(": ", 1)[-1] == words)
     return checks.that(f"every step overflowing from 2**16, labkit's replay stops at step {stop.step if stop else '?'} "
+                       "(counting from 1) "
                        f"and DeepSpeed's DynamicLossScaler, where installed, raises the same words: '{words}'",
                        same, f"deepspeed {stop.version}" if stop and stop.version else "DeepSpeed is not installed")
 
@@ -114,8 +115,8 @@ def _deepspeed_fix() -> str:
 
     burst = scaling.simulate("deepspeed", overflows=[True] * 5 + [False] * 15, init_scale=2**16)
     stops = "never stops" if burst.stopped_at is None else "stops"
-    return (f"overflows that stop (5 steps, then clean): the replay {stops}, "
-            f"scale {burst.scales[0]:g} -> {burst.final_scale:g}\n"
+    return (f"overflows that stop (5 steps, then 15 clean): the replay {stops}; scale {burst.scales[0]:g} at the "
+            f"first step, {burst.final_scale:g} after the last\n"
             f"a bf16 config: deepspeed_options({{'bf16': {{'enabled': True}}}}) -> "
             f"{scaling.deepspeed_options({'bf16': {'enabled': True}})}: no loss scale, nothing to reach a minimum")
 
@@ -154,7 +155,8 @@ def _nan_hunt_fix() -> str:
 @dataclass(frozen=True)
 class AutocastSpeed:
     """Seconds per training step of an MLP in fp32 and under ``torch.autocast("cpu", dtype)`` (the
-    median of `repeats`), with what `labkit.hardware.native_precision` says about that dtype here."""
+    best of `autocast_speed`'s repeats), with what `labkit.hardware.native_precision` says about that
+    dtype here."""
 
     precision: str
     size: int
@@ -179,30 +181,37 @@ class AutocastSpeed:
         return self.autocast_s / self.fp32_s
 
     def check(self):
-        """The course's claim, checked here (a `labkit.checks.Check`): where labkit.hardware says the
-        format is emulated, autocast is no faster than fp32 (at least 0.9x its time). Where it is native,
-        a speed-up is possible but not promised (casts cost time too, and small matrices gain little)."""
+        """The course's claim for an emulated format, checked here (a `labkit.checks.Check`): where
+        labkit.hardware says the format is emulated, autocast is no faster than fp32 (at least 0.9x its
+        time). Where it is native the line does not apply (it says so after ``here:``): whether autocast
+        gains then depends on the size (`_speed_verdict` checks that with two sizes)."""
         from labkit import checks
 
         holds = self.native or self.ratio >= 0.9
-        return checks.that(f"{self.precision} autocast is no faster than fp32 where labkit.hardware says "
-                           f"{self.precision} is emulated", holds,
-                           f"{'native' if self.native else 'emulated'}, {self.ratio:.2f}x fp32's time")
+        state = "native, so this line does not apply" if self.native else "emulated"
+        return checks.that(f"where labkit.hardware says {self.precision} is emulated, {self.precision} autocast is "
+                           "no faster than fp32 (at least 0.9x its time)", holds,
+                           f"{state}; {self.ratio:.2f}x fp32's time at width {self.size}")
 
     def __str__(self) -> str:
-        return (f"fp32 step {self.fp32_s * 1e3:.3g} ms, {self.precision} autocast step {self.autocast_s * 1e3:.3g} ms "
-                f"({self.ratio:.2f}x fp32's time), MLP of width {self.size} on the CPU\n"
-                f"labkit.hardware.native_precision('torch', {self.precision!r}): "
-                f"{'native' if self.native else 'emulated'} ({self.why})")
+        return (f"width {self.size}: fp32 step {self.fp32_s * 1e3:.3g} ms, {self.precision} autocast step "
+                f"{self.autocast_s * 1e3:.3g} ms ({self.ratio:.2f}x fp32's time)")
 
 
 def autocast_speed(precision: str = "bf16", size: int = 128, repeats: int = 3) -> AutocastSpeed:
     """Time one SGD step of a 2-layer MLP (batch and width `size`) in fp32 and under CPU autocast in
-    `precision` ("bf16" or "fp16"), `repeats` times each after one warm-up step; the median counts.
+    `precision` ("bf16" or "fp16"): one warm-up step each, then `repeats` steps each, the fp32 and the
+    autocast steps taking turns (a burst of other work slows both alike); the best time counts. On one
+    thread (``torch.set_num_threads(1)``, restored after), and the time is that thread's CPU time
+    (``time.thread_time``): what the step costs, without the time slices a busy machine makes it wait
+    for a core.
 
-    On a CPU without bf16 instructions (AVX512-BF16, AMX) every bf16 matmul is converted to fp32 and
-    back, and autocast also casts each fp32 weight to bf16 in every forward: more work, no faster
-    arithmetic. The figures depend on this machine (show them in a cell nbval ignores; the `check`
+    Where the CPU has bf16 instructions (AVX512-BF16, AMX), oneDNN runs the bf16 matmuls on them, and
+    whether a step gains depends on its size: autocast casts each fp32 weight to bf16 in every forward
+    (work that grows as width**2), while the matmuls that speed up grow as width**3. Without them bf16 is
+    emulated: on a CPU without AVX-512, PyTorch's bf16 matmul falls back to a generic kernel, many times
+    slower than fp32 (notebook 07); with AVX-512 but no bf16 instructions, oneDNN converts to fp32 around
+    fp32 arithmetic. The figures depend on this machine (show them in a cell nbval ignores; the `check`
     line is what reads the same everywhere).
 
     >>> s = autocast_speed(size=32, repeats=1)
@@ -210,6 +219,7 @@ def autocast_speed(precision: str = "bf16", size: int = 128, repeats: int = 3) -
     ('bf16', True)
     """
     from labkit.hardware import native_precision
+    from labkit.train.torch.clinic.case import one_thread
 
     precision = choice("precision", precision, ("bf16", "fp16"))
     size = integer("size", size, minimum=8, maximum=4096)
@@ -217,34 +227,89 @@ def autocast_speed(precision: str = "bf16", size: int = 128, repeats: int = 3) -
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(size, size, generator=gen)
-
-    def seconds(low: bool) -> float:
+    runs = []
+    for low in (False, True):
         model = nn.Sequential(linear(size, size, gen), nn.ReLU(), linear(size, size, gen))
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        times = []
-        for _ in range(repeats + 1):
-            start = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=dtype, enabled=low):
-                loss = model(x).float().pow(2).mean()
-            loss.backward()
-            opt.step()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times[1:])
+        runs.append((model, torch.optim.SGD(model.parameters(), lr=1e-3), low))
 
+    def step(model, opt, low) -> float:
+        start = time.thread_time()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype, enabled=low):
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        return time.thread_time() - start
+
+    with one_thread():
+        for run in runs:
+            step(*run)  # warm-up: oneDNN builds its kernels for these shapes
+        times = [[], []]
+        for _ in range(repeats):
+            for run, mine in zip(runs, times):
+                mine.append(step(*run))
     native = native_precision("torch", precision)
-    return AutocastSpeed(precision, size, seconds(False), seconds(True), bool(native.native), native.why)
+    return AutocastSpeed(precision, size, min(times[0]), min(times[1]), bool(native.native), native.why)
 
+
+SPEED_SIZES = (64, 256)
+"""The cpu-slower entry times bf16 autocast at these two widths (batch = width)."""
 
 _LAST: list[AutocastSpeed] = []
 
 
-def _measured(new: bool) -> AutocastSpeed:
-    """The cpu-slower case measures once: its trigger times the steps, its fix and verdict check those figures
-    (the median of 5 steps each, so that one step slowed by a busy machine does not decide the verdict)."""
+def _measured(new: bool) -> tuple[AutocastSpeed, ...]:
+    """The cpu-slower case measures once: its trigger times the steps at both `SPEED_SIZES`, its fix and
+    verdict read those figures."""
     if new or not _LAST:
-        _LAST[:] = [autocast_speed(repeats=5)]
-    return _LAST[0]
+        _LAST[:] = [autocast_speed(size=SPEED_SIZES[0], repeats=9), autocast_speed(size=SPEED_SIZES[1], repeats=5)]
+    return tuple(_LAST)
+
+
+def _speed_text() -> str:
+    small, large = _measured(True)
+    return "\n".join([str(small), str(large),
+                      f"(one SGD step of a 2-layer MLP, batch = width, on one thread, the best of several)",
+                      f"labkit.hardware.native_precision('torch', 'bf16'): "
+                      f"{'native' if small.native else 'emulated'} ({small.why})"])
+
+
+def _speed_fix() -> str:
+    def pick(s: AutocastSpeed) -> str:
+        if s.native and s.ratio < 1:
+            return f"native and {s.ratio:.2f}x fp32's time: bf16 autocast gains at this size"
+        why = f"{s.ratio:.2f}x fp32's time" + ("" if s.native else ", and bf16 is emulated")
+        return f"{why}: train in fp32 at this size"
+
+    return "\n".join(f"width {s.size}: {pick(s)}" for s in _measured(False))
+
+
+def _speed_verdict(small: AutocastSpeed, large: AutocastSpeed):
+    """The cpu-slower entry's claims on two timings of `autocast_speed` (`small` at a smaller width than
+    `large`), as a `labkit.checks.Report` whose lines read the same on every CPU: where bf16 is emulated,
+    autocast is no faster at either width; where it is native, the gain depends on the size -- autocast's
+    time relative to fp32's is lower at the larger width (its casts grow as width**2, the matmuls that
+    gain as width**3). On each machine one line is the one that applies; the other says so after
+    ``here:``."""
+    from labkit import checks
+
+    for name, s in (("small", small), ("large", large)):
+        if not isinstance(s, AutocastSpeed):
+            raise TypeError(f"{name} must be an AutocastSpeed (from autocast_speed); got {type(s).__name__} "
+                            f"{shown(s)}")
+    if small.size >= large.size or small.precision != large.precision or small.native != large.native:
+        raise ValueError(f"small and large must time one precision on one machine, small at the smaller width; got "
+                         f"{small.precision} at {small.size} and {large.precision} at {large.size}")
+    p, native = small.precision, small.native
+    seen = f"{small.ratio:.2f}x fp32's time at width {small.size}, {large.ratio:.2f}x at width {large.size}"
+    return checks.report(
+        checks.that(f"where labkit.hardware says {p} is emulated, {p} autocast is no faster than fp32 at either "
+                    "width (at least 0.9x its time)", native or min(small.ratio, large.ratio) >= 0.9,
+                    ("native, so this line does not apply; " if native else "emulated; ") + seen),
+        checks.that(f"where it says native, the gain depends on the size: {p} autocast's time relative to fp32's "
+                    f"is lower at width {large.size} than at width {small.size}",
+                    not native or large.ratio < small.ratio,
+                    ("native; " if native else "emulated, so this line does not apply; ") + seen))
 
 
 ENTRIES = (
@@ -275,14 +340,17 @@ ENTRIES = (
     Entry("cpu-slower",
           "bf16 autocast on a CPU is slower than fp32",
           "autocast step",
-          "the same MLP step in fp32 and under torch.autocast('cpu', dtype=torch.bfloat16)",
-          "on a CPU, train in fp32 unless labkit.hardware.native_precision('torch', 'bf16') says native",
+          "the same MLP step in fp32 and under torch.autocast('cpu', dtype=torch.bfloat16), at two widths",
+          "bf16 autocast on a CPU only where labkit.hardware.native_precision('torch', 'bf16') says native and a "
+          "timing at your size shows a gain; otherwise fp32",
           "Mixed precision is faster where the hardware multiplies 16-bit numbers faster (Tensor Cores, a TPU, "
-          "CPUs with AMX or AVX512-BF16). Elsewhere each bf16 matmul is widened to fp32, and autocast adds a "
-          "cast of every weight in every forward: the same arithmetic and more memory traffic. Even where bf16 "
-          "is native, small matrices gain little against the casts.",
-          lambda: str(_measured(True)), lambda: str(_measured(False).check()), portable=False,
-          verdict=lambda: _measured(False).check()),
+          "CPUs with AMX or AVX512-BF16). Without those instructions bf16 is emulated: on a CPU without AVX-512 "
+          "PyTorch's bf16 matmul falls back to a generic kernel, many times slower than fp32 (notebook 07), and "
+          "with AVX-512 but no bf16 instructions oneDNN converts to fp32 around fp32 arithmetic. Where bf16 is "
+          "native, the gain depends on the size: autocast casts every weight to bf16 in every forward, work "
+          "that grows as width**2, while the matmuls that speed up grow as width**3, so small layers can lose "
+          "what large ones gain. Time it at your size.",
+          _speed_text, _speed_fix, portable=False, verdict=lambda: _speed_verdict(*_measured(False))),
 )
 
 __all__ = ["ENTRIES", "AutocastSpeed", "autocast_speed"]

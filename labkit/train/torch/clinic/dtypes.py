@@ -33,8 +33,11 @@ def _autocast_dtypes() -> str:
         rows = [("nn.Embedding(ids)", e), ("nn.Linear(embedding)", h), ("torch.sum(bf16 h)", torch.sum(h)),
                 ("F.softmax(fp32 scores)", F.softmax(scores, -1)), ("F.softmax(bf16 h)", F.softmax(h, -1)),
                 ("F.cross_entropy(bf16 logits)", F.cross_entropy(h, y)), ("F.mse_loss(bf16 h, bf16 h)",
-                                                                         F.mse_loss(h, h.detach()))]
-    return "\n".join(f"{name} -> {dtype_name(t.dtype)}" for name, t in rows)
+                                                                         F.mse_loss(h, h.detach())),
+                ("torch.cat([bf16 h, fp32 e])", torch.cat([h, e])),
+                ("fp32 e.index_copy(0, idx, bf16 h)", e.index_copy(0, torch.tensor([0]), h[:1]))]
+    outside = raised(lambda: e.index_copy(0, torch.tensor([0]), h[:1]))  # no autocast, no promote list
+    return "\n".join(f"{name} -> {dtype_name(t.dtype)}" for name, t in rows) + f" (outside autocast: {outside})"
 
 
 def _autocast_dtypes_fix() -> str:
@@ -146,19 +149,69 @@ def _accumulation_errors(pure_bf16: bool) -> tuple[tuple[int, float], ...]:
     return tuple(_accumulation_error(pure_bf16).items())
 
 
+LOSS_MICRO_BATCHES, LOSS_STEPS = 1024, 4
+"""The loss run: SGD steps, each on the gradient of this many micro-batches summed in one buffer."""
+
+
+def _accumulation_run(buffer: torch.dtype, micro_batches: int = LOSS_MICRO_BATCHES, steps: int = LOSS_STEPS,
+                      width: int = 16, batch: int = 32, lr: float = 0.25, noise: float = 0.1,
+                      seed: int = 0) -> tuple[tuple[float, ...], float]:
+    """What accumulating in `buffer`'s dtype does to the loss. SGD (lr `lr`) on a linear regression (a
+    random teacher plus noise): each step computes the gradient of each of `micro_batches` micro-batches
+    of `batch` samples (the loss divided by their number, as accumulation does; autograd on per-micro-batch
+    copies of the weights, one backward), adds them into a zeroed buffer of `buffer`'s dtype one at a time,
+    in order -- the addition autograd makes into a ``.grad`` of that dtype -- and steps the fp32 weights
+    with the sum. Everything but the buffer is fp32, so two runs differ only in how the sum was rounded.
+
+    Returns the loss on 4096 held-out samples after 0, 1, ..., `steps` steps, and the size of the sum the
+    buffer held over the exact (float64) sum of the same gradients, averaged over the steps."""
+    gen = torch.Generator().manual_seed(seed)
+    teacher = torch.randn(width, 1, generator=gen)
+    x_test = torch.randn(4096, width, generator=gen)
+    y_test = x_test @ teacher + noise * torch.randn(4096, 1, generator=gen)
+    w = torch.zeros(width, 1)
+    losses, kept = [float(F.mse_loss(x_test @ w, y_test))], []
+    for _ in range(steps):
+        x = torch.randn(micro_batches, batch, width, generator=gen)
+        y = x @ teacher + noise * torch.randn(micro_batches, batch, 1, generator=gen)
+        ws = w.expand(micro_batches, width, 1).clone().requires_grad_()  # one copy per micro-batch
+        loss = ((x @ ws - y) ** 2).mean(dim=(1, 2)).div(micro_batches).sum()
+        (grads,) = torch.autograd.grad(loss, ws)  # grads[i]: micro-batch i's gradient, in fp32
+        acc = torch.zeros(width, 1, dtype=buffer)
+        for g in grads:
+            acc += g.to(buffer)
+        kept.append(float(torch.linalg.vector_norm(acc.double()) / torch.linalg.vector_norm(grads.double().sum(0))))
+        w = w - lr * acc.float()
+        losses.append(float(F.mse_loss(x_test @ w, y_test)))
+    return tuple(losses), sum(kept) / len(kept)
+
+
+@functools.cache
+def _accumulation_runs(pure_bf16: bool) -> tuple[tuple[float, ...], float]:
+    """`_accumulation_run` in a bf16 (`pure_bf16`) or an fp32 buffer, once per process (case and verdict)."""
+    return _accumulation_run(BF16 if pure_bf16 else torch.float32)
+
+
 def _accumulation_text(pure_bf16: bool) -> str:
     errors = dict(_accumulation_errors(pure_bf16))
+    losses, kept = _accumulation_runs(pure_bf16)
     what = ("pure bf16 (model.to(torch.bfloat16)): .grad bf16" if pure_bf16
             else "fp32 params + bf16 autocast: .grad fp32")
-    return f"{what}; relative error of the accumulated gradient after N micro-batches:\n" + "  ".join(
-        f"N={n}: {e:.2g}" for n, e in errors.items())
+    buffer = "bf16" if pure_bf16 else "fp32"
+    return (f"{what}; relative error of the accumulated gradient after N micro-batches:\n"
+            + "  ".join(f"N={n}: {e:.2g}" for n, e in errors.items())
+            + f"\nthe loss: {LOSS_STEPS} SGD steps, each on {LOSS_MICRO_BATCHES} micro-batch gradients summed in "
+              f"{'a' if pure_bf16 else 'an'} {buffer} buffer (the rest fp32): the sums hold {kept:.1%} of the exact "
+              f"sums' size; loss after 0..{LOSS_STEPS} steps: " + " ".join(f"{v:.3g}" for v in losses))
 
 
 def _accumulation_verdict():
-    """The lesson, checked on the figures printed: bf16's error is large and grows with N, fp32's is tiny."""
+    """The lesson, checked on the figures printed: bf16's error is large and grows with N, fp32's is tiny; over
+    many micro-batches a bf16 sum comes out short, and the run that steps with it ends at a higher loss."""
     from labkit import checks
 
     bf16, fp32 = dict(_accumulation_errors(True)), dict(_accumulation_errors(False))
+    (loss_bf16, kept_bf16), (loss_fp32, _) = _accumulation_runs(True), _accumulation_runs(False)
     n, few = max(MICRO_BATCHES), MICRO_BATCHES[1]
     return checks.report(
         checks.at_least(f"pure bf16: the gradient accumulated over {n} micro-batches is off by at least 0.1% of "
@@ -166,21 +219,30 @@ def _accumulation_verdict():
         checks.at_least(f"pure bf16: the error grows with the number of micro-batches, at least 2x from {few} to {n}",
                         bf16[n] / max(bf16[few], 1e-30), 2.0, unit="x"),
         checks.at_most(f"fp32 .grad (fp32 parameters under autocast): off by at most 1e-5 after {n} micro-batches",
-                       fp32[n], 1e-5))
+                       fp32[n], 1e-5),
+        checks.at_most(f"summed in bf16, {LOSS_MICRO_BATCHES} micro-batch gradients come out short: at most 90% of "
+                       "the exact sum's size (the later ones are rounded away)", kept_bf16, 0.9),
+        checks.at_least(f"so each step is too small: after {LOSS_STEPS} steps the loss of the run that summed in bf16 "
+                        "is at least 3x the loss of the run that summed in fp32", loss_bf16[-1] / loss_fp32[-1], 3.0,
+                        unit="x"))
 
 
 ENTRIES = (
     Entry("autocast-dtypes",
-          "an embedding, a sum or a softmax comes out fp32 under bf16 autocast; a loss is fp32 from bf16 inputs",
+          "under bf16 autocast an embedding comes out fp32, a loss is fp32 from bf16 inputs; on CUDA, sum and "
+          "softmax run in fp32 too",
           "nn.Embedding(ids) -> float32",
           "with torch.autocast('cpu', dtype=torch.bfloat16): emb(ids), torch.sum(h), F.softmax(...), "
-          "F.cross_entropy(...)",
+          "F.cross_entropy(...), torch.cat([bf16, fp32])",
           "expect it: autocast casts only the ops on its lists; cast explicitly where a dtype matters",
           "Autocast is not a global dtype: it changes the ops on its lists. Matmul-like ops (linear, matmul, "
           "conv) run in bf16; ops where precision matters (cross_entropy, mse_loss, nll_loss) run in fp32 "
-          "whatever their inputs; everything else -- embedding, sum, softmax on the CPU, add -- follows its "
-          "inputs. So an embedding of an fp32 table stays fp32, and becomes bf16 only at the next Linear. The "
-          "lists are per device: on CUDA softmax and sum are on the fp32 list.",
+          "whatever their inputs; a few that combine tensors (the promote list: cat, stack, index_copy on the "
+          "CPU; CUDA adds dot, addcmul and others) run in the widest of their inputs' dtypes; everything else "
+          "-- embedding, add, and on the CPU sum and softmax -- follows its inputs. So an embedding of an fp32 "
+          "table stays fp32, and becomes bf16 only at the next Linear. The lists are per device "
+          "(aten/src/ATen/autocast_mode.cpp): on CUDA, sum and softmax run in fp32 (its fp32_set_opt_dtype list) "
+          "and give fp32 from bf16 inputs.",
           _autocast_dtypes, _autocast_dtypes_fix),
     Entry("qkv-dtype-mismatch",
           "RuntimeError in attention at inference: q is bf16, the KV cache fp32",
@@ -206,14 +268,17 @@ ENTRIES = (
           "rounding error is at most 2**-9: cast those, not the angles.",
           lambda: _rope_text(True), lambda: _rope_text(False)),
     Entry("bf16-grad-accumulation",
-          "in pure bf16, a gradient accumulated over many micro-batches drifts from the true sum",
+          "in pure bf16, a gradient accumulated over many micro-batches drifts from the true sum, and the loss lags",
           "relative error of the accumulated gradient",
           "model.to(torch.bfloat16); for N micro-batches: loss.backward()  (autograd adds into a bf16 .grad)",
           "accumulate in fp32: fp32 parameters + autocast (or DeepSpeed's data_types.grad_accum_dtype 'fp32')",
           "Each backward() adds the micro-batch gradient into .grad in .grad's dtype. In bf16 each addition "
           "rounds to 8 significant bits (an error up to 2**-9 of the sum), the errors pile up as N grows, and "
           "once a term is under half a bf16 spacing of the sum (1/256 to 1/512 of it) it is rounded away whole. "
-          "An fp32 buffer rounds at 2**-24 and stays exact to about 1e-7.",
+          "Over a thousand micro-batches (each loss divided by their number, so each term is about 1/1000 of the "
+          "sum) the later terms are rounded away: the sum comes out short, every step is too small, and the loss "
+          "falls more slowly than with the same gradients summed in fp32. An fp32 buffer rounds at 2**-24 and "
+          "stays exact to about 1e-7.",
           lambda: _accumulation_text(True), lambda: _accumulation_text(False), portable=False,
           verdict=_accumulation_verdict),
 )

@@ -121,8 +121,9 @@ def accumulate(steps: int = 3, micro_batches: int = 4, *, way: str = RIGHT, batc
 
 
 def accumulation_table(steps: int = 3, micro_batches: int = 4, **options) -> Table:
-    """`accumulate` run each of the `WAYS`, side by side: the scales per micro-batch (``|`` between
-    optimizer steps), the largest gradient error against one big batch, and what torch said.
+    """`accumulate` run each of the `WAYS`, side by side: the scales per micro-batch and the gradient
+    error against one big batch per optimizer step (``|`` between optimizer steps, in both), and
+    what torch said.
 
     >>> accumulation_table(2, 2).column("way") == list(WAYS)
     True
@@ -131,9 +132,10 @@ def accumulation_table(steps: int = 3, micro_batches: int = 4, **options) -> Tab
     for way in WAYS:
         r = accumulate(steps, micro_batches, way=way, **options)
         scales = " | ".join(" ".join(f"2^{math.log2(s):g}" for s in step) for step in r.scales)
-        worst = max((e for e in r.grad_errors if not math.isnan(e)), default=math.nan)
-        rows.append((way, scales, "-" if math.isnan(worst) else f"{worst:.2%}", r.error or "-"))
-    return Table(("way", "scale at each micro-batch", "gradient error vs one big batch", "torch says"), tuple(rows),
+        errors = " | ".join(f"{e:.2%}" for e in r.grad_errors if not math.isnan(e)) or "-"
+        rows.append((way, scales, errors, r.error or "-"))
+    return Table(("way", "scale at each micro-batch", "gradient error vs one big batch, per step", "torch says"),
+                 tuple(rows),
                  title=f"{micro_batches} micro-batches per optimizer step, fp16 autocast + GradScaler('cpu')")
 
 
