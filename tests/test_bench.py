@@ -296,7 +296,9 @@ def test_emulation_table_says_native_or_emulated_as_the_hardware_does_and_times_
     assert t.column("dtype") == ["bfloat16", "float16"]
     assert t.column("here") == ["native" if hardware.native_precision("torch", p).native else "emulated"
                                 for p in ("bf16", "fp16")]
-    assert all(v == "as fast" or v.endswith(("x faster", "x slower")) for v in t.column("against float32"))
+    # a tiny matmul on a loaded machine can time past the hardware's ceiling: the table says so ("noise")
+    readings = [v.removesuffix(": noise") for v in t.column("against float32")]
+    assert all(v == "as fast" or v.endswith(("x faster", "x slower")) for v in readings)
 
 
 def test_versus_reads_faster_slower_or_as_fast():
