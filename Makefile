@@ -36,7 +36,8 @@ NBVAL_LANE2  := $(filter-out $(NBVAL_LANE1),$(sort $(wildcard notebooks/*.ipynb)
 LANE2_LOG    := .portable-check.log
 
 test: install  ## install everything: unit tests, nbval over every notebook, and the portable-truth check beside them
-	@$(BIN)/python scripts/portable_check.py --cap-differs && native=yes || native=; \
+	@$(BIN)/python scripts/portable_check.py --cap-differs; case $$? in 0) native=yes;; 3) native=;; \
+	   *) echo "scripts/portable_check.py --cap-differs failed: cannot tell whether to run nbval natively"; exit 2;; esac; \
 	( $(BIN)/python scripts/portable_check.py; check=$$?; nbval=0; \
 	   if [ -n "$$native" ]; then $(BIN)/python $(NBVAL) $(NBVAL_LANE2); nbval=$$?; \
 	   else echo "== no native nbval: on this CPU the portable check above was it"; fi; \

@@ -278,6 +278,7 @@ OVERRIDES = {
     # a name means a different thing in each of these
     ("labkit.scaling.get_preset", "name"): "torch",
     ("labkit.train.torch.clinic.case", "name"): "fp16-params",
+    ("labkit.train.logs.logger_level", "loggers"): "labkit.fuzz",
     ("labkit.hardware.example_report", "name"): "T4",
     ("labkit.hardware.HardwareReport.framework", "name"): "torch",
     ("labkit.hardware.Advice.for_framework", "name"): "torch",
@@ -362,6 +363,7 @@ OVERRIDES = {
     ("labkit.bench.matmul_ms", "frameworks"): ("torch",),
     ("labkit.bench.matmul_ms", "repeats"): 1,
     ("labkit.bench.matmul_ms", "number"): 1,
+    ("labkit.bench.time_in_turns", "calls"): Make(lambda ctx: [lambda: None, lambda: None]),
     ("labkit.bench.emulation_table", "frameworks"): ("torch",),
     ("labkit.bench.emulation_table", "n"): 16,
     ("labkit.bench.emulation_table", "max_seconds"): 1.0,
@@ -508,6 +510,8 @@ BAD_ONLY = {
                                               "values, each of which must be refused before anything starts",
     "labkit.scaling.keras_scale_to_zero": "a good call imports TensorFlow and runs 143 real optimizer steps: only bad "
                                           "values, each of which must be refused before anything starts",
+    "labkit.exercises.register": "a good call adds an exercise to the registry that every notebook and the "
+                                 "solutions test read: only bad values, each of which must be refused",
 }
 
 

@@ -304,6 +304,27 @@ def test_emulation_table_says_native_or_emulated_as_the_hardware_does_and_times_
 def test_versus_reads_faster_slower_or_as_fast():
     assert (_versus(1.0, 0.25), _versus(1.0, 3.0), _versus(1.0, 1.02)) == (
         "4.0x faster", "3.0x slower", "as fast")
+    # one reading for the emulation table and for the bench table's emulated cells
+    small = dict(framework="jax", model="mlp", precision="bf16", batch_size=512, width=1024, status="emulated",
+                 activation_bytes_model=1, emulated_slowdown=1.02, small_batch_size=64, small_width=256, reason="x")
+    assert bench.table([small]).column("vs fp32") == ["as fast (at batch 64, width 256)"]
+    ms = {("tf", "float32"): 1.0, ("tf", "bfloat16"): 1.02, ("tf", "float16"): 3.5}
+    assert bench.emulation_table(("tf",), n=64, ms=ms).column("against float32") == ["as fast", "3.5x slower"]
+
+
+def test_time_in_turns_times_the_calls_in_turns_and_keeps_each_ones_best():
+    log, ticks = [], iter(range(1000))
+    best = bench.time_in_turns([lambda: log.append("a"), lambda: log.append("b")], repeats=[2, 3], number=[1, 2],
+                               timer=lambda: next(ticks))
+    assert log == ["a", "b", "b", "a", "b", "b", "b", "b"]  # a, b, a, b, b: b runs twice per timing
+    assert best == [1.0, 0.5]  # one tick per timing, over the calls it ran
+    assert len(bench.time_in_turns([lambda: None], repeats=1)) == 1
+    with pytest.raises(ValueError, match="repeats must be one whole number for every call, or a list of 2"):
+        bench.time_in_turns([lambda: None, lambda: None], repeats=[1])
+    with pytest.raises(TypeError, match="calls must hold functions"):
+        bench.time_in_turns([1.0])
+    with pytest.raises(ValueError, match="number must be an integer from 1"):
+        bench.time_in_turns([lambda: None], number=0)
 
 
 def test_matmul_ms_times_a_slow_call_fewer_times_within_max_seconds():

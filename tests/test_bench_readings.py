@@ -1,15 +1,17 @@
 """Timings read with their spread and against what the hardware can give: `labkit.hardware.speedup_ceiling`,
 `labkit.bench.batch_trend`, `labkit.bench.shape_cost`, and the "noise" marks of the emulation and speed tables."""
 
+import sys
+
 import pytest
 
 from labkit import bench, claims, hardware
 
 
-def rec(precision, batch, t, shape="aligned", width=256, spread=0.05, framework="torch", **kw):
+def rec(precision, batch, t, shape="aligned", width=256, spread=0.05, framework="torch", device="cpu (example)", **kw):
     return dict(framework=framework, model="mlp", shape=shape, width=width, batch_size=batch, precision=precision,
                 status="ok", step_time_s=t, step_time_q1_s=t * (1 - spread), step_time_q3_s=t * (1 + spread),
-                device="cpu (example)", **kw)
+                device=device, **kw)
 
 
 # -- the hardware's ceiling -------------------------------------------------------------------
@@ -44,6 +46,27 @@ def test_a_speedup_past_twice_the_ceiling_is_noise_and_below_it_is_not():
     assert hardware.CEILING_SLACK == 2.0
 
 
+def test_the_noise_bound_is_the_ceiling_times_its_slack_and_every_text_prints_it():
+    avx512 = hardware.speedup_ceiling("torch", "bf16", hardware.example_report("cpu-avx512-bf16"))
+    assert avx512.limit == hardware.CEILING_SLACK * avx512.times == 4.0
+    assert not avx512.exceeded_by(avx512.limit) and avx512.exceeded_by(avx512.limit * 1.001)
+    a100 = [rec("fp32", 64, 0.01, device="cuda:0 (NVIDIA A100-SXM4-40GB)"),
+            rec("fp16", 64, 0.00025, device="cuda:0 (NVIDIA A100-SXM4-40GB)")]  # 40x: past 16x x 2
+    assert claims.speed_checks(a100)[0].seen.endswith("(ceiling 16x, noise past 32x)")
+    assert claims.speed_table(a100).column("reading")[0].startswith("noise: over 32x, more than the hardware can give")
+
+
+def test_the_p100s_ceiling_is_its_fp16_rate_and_detection_runs_once(monkeypatch):
+    p100 = hardware.example_report("P100")
+    assert hardware.speedup_ceiling("torch", "fp16", p100).times == p100.gpus[0].fp16_rate == 2.0
+    detect_module = sys.modules["labkit.hardware.detect"]  # labkit.hardware.detect is also the function
+    calls = []
+    real = detect_module.detect
+    monkeypatch.setattr(detect_module, "detect", lambda *a, **k: calls.append(1) or real(*a, **k))
+    hardware.speedup_ceiling("torch", "bf16")
+    assert len(calls) == 1  # not once more inside native_precision
+
+
 def test_speedup_ceiling_refuses_what_native_precision_refuses():
     with pytest.raises(ValueError, match="unknown framework 'mxnet'"):
         hardware.speedup_ceiling("mxnet", "bf16")
@@ -74,6 +97,22 @@ def test_batch_trend_calls_a_speedup_past_the_ceiling_noise_not_a_trend():
     r = bench.batch_trend(wild, ceiling=2.0)
     assert r.finding == "noisy" and "at batch 16 more than the hardware can give (2x" in r.text
     assert bench.batch_trend(wild).finding == "noisy"  # past any CPU's ceiling (AMX: 16x, with slack 32x)
+
+
+def test_batch_trend_reads_one_shape_and_the_ceiling_of_the_records_device():
+    # the odd cells of an odd_sizes bench are left out: batch 511 would be compared with batch 16 otherwise
+    mixed = [rec("fp32", 16, 1.0), rec("bf16", 16, 0.9), rec("fp32", 1024, 1.0), rec("bf16", 1024, 0.6),
+             rec("fp32", 1023, 1.0, "odd"), rec("bf16", 1023, 1.0, "odd")]
+    r = bench.batch_trend(mixed, ceiling=2.0)
+    assert r.finding == "grows" and "1023" not in r.text
+    assert bench.batch_trend(mixed, ceiling=2.0, shape="odd").finding == "unmeasured"  # one odd batch size
+    with pytest.raises(ValueError, match="unknown shape 'slanted'"):
+        bench.batch_trend(mixed, shape="slanted")
+    # on an A100 (ceiling 16x, noise past 32x) a 20x speed-up is no noise, whatever this machine is
+    a100 = "cuda:0 (NVIDIA A100-SXM4-40GB)"
+    gpu = [rec("fp32", 16, 1.0, device=a100), rec("bf16", 16, 0.5, device=a100),
+           rec("fp32", 1024, 1.0, device=a100), rec("bf16", 1024, 0.05, device=a100)]
+    assert bench.batch_trend(gpu).finding == "grows"
 
 
 def test_batch_trend_needs_two_batch_sizes_and_one_framework():
@@ -112,6 +151,12 @@ def test_shape_cost_says_when_the_timings_cannot_tell():
     assert set(t.column("reading")) == {"no difference beyond the timing spread"}
     assert "no more or less than (within the timing spread) fp32" in t.title
     assert bench.shape_cost([rec("fp32", 512, 1.0)]).rows == ()  # no odd cell: nothing to compare
+
+
+def test_shape_cost_refuses_two_cells_of_one_shape_rather_than_keep_one():
+    sweep = [rec("fp32", 512, 1.0, width=1024), rec("fp32", 64, 0.2, width=1024), rec("fp32", 511, 1.0, "odd", 1023)]
+    with pytest.raises(ValueError, match="two aligned cells of torch mlp fp32 \\(batch x width 512 x 1024 and 64 x 1024\\)"):
+        bench.shape_cost(sweep)
 
 
 # -- noise marks in the tables ---------------------------------------------------------------

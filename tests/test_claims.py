@@ -313,6 +313,41 @@ def test_run_records_give_the_median_or_the_best_step():
         claims.run_records([r], step_time="mean")
 
 
+def test_speedups_pair_each_16_bit_record_with_its_fp32_once_for_every_table_and_check():
+    from labkit.claims.records import record_ceiling, record_native, speedups
+
+    base = dict(framework="torch", model="mlp", batch_size=64, width=256, status="ok", device="cpu (example)")
+    records = [dict(base, precision="fp32", step_time_s=0.2),  # no shape: "aligned", as bench's own records say
+               dict(base, precision="bf16", shape="aligned", step_time_s=0.1),
+               dict(base, precision="tf32", step_time_s=0.2),  # TF32 is no 16-bit precision
+               dict(base, precision="fp16", shape="odd", step_time_s=0.1),  # no odd fp32: left out
+               dict(base, precision="bf16-pure", step_time_s=float("inf"))]  # no step time: left out
+    assert [(r["precision"], f["precision"], x) for r, f, x in speedups(records)] == [("bf16", "fp32", 2.0)]
+    assert [r["precision"] for r, _, _ in speedups(records, "tf32")] == ["tf32"]
+    with pytest.raises(ValueError, match="unknown precision 'fp8'"):
+        speedups(records, "fp8")
+    with pytest.raises(TypeError, match="records must be a list of records"):
+        speedups(None)
+    # what the record's device can do, not this machine's
+    t4 = dict(framework="torch", precision="bf16", device="cuda:0 (Tesla T4)")
+    assert not record_native(t4).native and record_ceiling(t4).times == 1.0
+    assert record_ceiling(dict(t4, device="cuda:0 (some new GPU)")) is None  # unknown compute capability
+    with pytest.raises(ValueError, match="rec lacks 'framework'"):
+        record_ceiling({"precision": "bf16"})
+
+
+def test_speed_checks_import_no_private_name_of_their_siblings():
+    import ast
+    import inspect
+
+    import labkit.claims.speed
+
+    tree = ast.parse(inspect.getsource(labkit.claims.speed))
+    private = [a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names
+               if a.name.startswith("_")]
+    assert private == []
+
+
 def gpu_records(device, **times):
     """fp32 and 16-bit records on a named GPU: the device text, not this machine, decides native and ceiling."""
     base = dict(framework="torch", model="mlp", shape="aligned", batch_size=64, width=256, status="ok", device=device)

@@ -4,11 +4,11 @@ stored ``check`` holds the ``None`` placeholder (so the stored notebook gives no
 the registry and the notebooks agree on which exercise belongs where."""
 
 import ast
-import json
 import re
 from pathlib import Path
 
 import pytest
+from _notebooks import calls, cells, code_cells, source
 
 from labkit.exercises import EXERCISES
 
@@ -16,25 +16,11 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("99_"))
 
 
-def _cells(path: Path):
-    return json.loads(path.read_text(encoding="utf-8"))["cells"]
-
-
-def _source(cell) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
 def _calls(path: Path, name: str) -> list[tuple]:
     """(exercise id, answer node) of each ``name("id", ...)`` call in the notebook's code cells, in order."""
-    out = []
-    for cell in _cells(path):
-        if cell["cell_type"] != "code":
-            continue
-        for node in ast.walk(ast.parse(_source(cell))):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name
-                    and node.args and isinstance(node.args[0], ast.Constant)):
-                out.append((node.args[0].value, node.args[1] if len(node.args) > 1 else None))
-    return out
+    return [(c.args[0].value, c.args[1] if len(c.args) > 1 else None)
+            for code, _ in code_cells(path) for c in calls(code, name)
+            if c.args and isinstance(c.args[0], ast.Constant)]
 
 
 def test_every_lesson_is_found():
@@ -43,7 +29,7 @@ def test_every_lesson_is_found():
 
 @pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
 def test_the_lesson_opens_with_three_to_five_objectives(path):
-    first = next(_source(c) for c in _cells(path) if c["cell_type"] == "markdown")
+    first = next(source(c) for c in cells(path) if c["cell_type"] == "markdown")
     assert first.startswith("# ") and "**In this notebook you will**" in first, path.name
     after = first.split("**In this notebook you will**", 1)[1]
     items = re.findall(r"(?m)^(\d+)\. ", after)
@@ -57,7 +43,7 @@ def test_the_lesson_ends_with_two_to_four_exercises_that_store_the_placeholder(p
     assert [i for i, _ in shows] == [i for i, _ in checks], "each check follows its show, in the same order"
     for ex_id, answer in checks:
         assert isinstance(answer, ast.Constant) and answer.value is None, f"{ex_id}: store check({ex_id!r}, None)"
-    assert any(re.search(r"(?m)^## Exercises", _source(c)) for c in _cells(path) if c["cell_type"] == "markdown")
+    assert any(re.search(r"(?m)^## Exercises", source(c)) for c in cells(path) if c["cell_type"] == "markdown")
 
 
 def test_the_registry_and_the_lessons_agree_on_where_each_exercise_is():

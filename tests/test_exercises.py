@@ -19,7 +19,7 @@ def _key_texts(key):
     if isinstance(key, bool):
         return []
     if isinstance(key, str) and key in ex.DTYPE_ANSWERS:
-        return [key] + [alias for alias, name in ex.core._DTYPE_ALIASES.items() if name == key and alias != "half"]
+        return [key] + [alias for alias, name in ex.core.DTYPE_ALIASES.items() if name == key and alias != "half"]
     if isinstance(key, (int, float)):
         return [f"{key:g}", repr(float(key))] if math.isfinite(key) else ["inf"]
     return []
@@ -116,7 +116,7 @@ def test_the_keras_exercises_match_a_real_keras_loss_scale_optimizer_and_dense()
     v = keras.Variable(np.zeros(1, np.float32))
     opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(learning_rate=1.0))  # its defaults
     opt.build([v])
-    overflows, clean = ex.training.KERAS_OVERFLOWS
+    overflows, clean = ex.frameworks.KERAS_OVERFLOWS
     for overflow in [True] * overflows + [False] * clean:
         opt.apply([keras.ops.convert_to_tensor(np.full(1, np.inf if overflow else 1.0, np.float32))], [v])
     final = float(opt.dynamic_scale.numpy())
@@ -139,7 +139,7 @@ def test_the_jmp_exercise_matches_a_real_jmp_dynamic_loss_scale():
     jmp = pytest.importorskip("jmp")
     import jax.numpy as jnp
 
-    overflows, clean = ex.training.JMP_STEPS
+    overflows, clean = ex.frameworks.JMP_STEPS
     finite = jnp.array([False] * overflows + [True] * clean)
     scale = jmp.DynamicLossScale(jnp.float32(2**15), period=2000, factor=2)  # as the question writes it
     with jax.numpy_dtype_promotion("standard"):  # jmp's adjust multiplies an int32 by a bool; the suite is strict
@@ -162,7 +162,7 @@ def test_the_resume_exercise_matches_a_real_gradscaler_that_was_not_saved():
         old.scale((w * torch.tensor([1.0, math.inf])).sum()).backward()
         old.step(opt)
         old.update()
-    assert old.get_scale() == ex.training.RESUME_SETTLED
+    assert old.get_scale() == ex.amp.RESUME_SETTLED
     saved = old.state_dict()
     fresh = torch.amp.GradScaler("cpu")  # resumed without loading the scaler's state
     assert check("resume_scale_without_state", fresh.get_scale())
@@ -176,7 +176,7 @@ def test_every_exercise_accepts_its_own_key_and_says_why():
         if exercise.kind == "precision":
             answers = sorted(key)
         elif exercise.kind == "dtype":
-            answers = [key, key.upper(), *[alias for alias, name in ex.core._DTYPE_ALIASES.items() if name == key]]
+            answers = [key, key.upper(), *[alias for alias, name in ex.core.DTYPE_ALIASES.items() if name == key]]
         elif exercise_id == "loss_scale_for_sample":
             lo, hi = key[:2]
             answers = [2.0**e for e in range(math.ceil(math.log2(lo)), math.floor(math.log2(hi)) + 1)]
@@ -206,7 +206,7 @@ def test_the_loss_scale_range_follows_the_sample():
 def test_precision_keys_come_from_labkit_hardware():
     from labkit import hardware
 
-    from labkit.exercises.training import PRECISION_GPUS
+    from labkit.exercises.precision import PRECISION_GPUS
 
     for gpu, notebooks in PRECISION_GPUS.items():
         exercise_id = f"precision_for_{gpu.lower().replace(' ', '_')}"
@@ -341,7 +341,7 @@ def test_the_model_state_exercise_counts_what_a_real_torch_adam_holds_under_auto
     nbytes = sum(t.numel() * t.element_size() for p in params
                  for t in (p, p.grad, opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"]))
     assert all(p.grad.dtype == torch.float32 for p in params)
-    from labkit.exercises.training import MODEL_PARAMS
+    from labkit.exercises.memory import MODEL_PARAMS
 
     assert nbytes / n == 16
     assert check("model_states_7b_gb", MODEL_PARAMS * nbytes / n / 1e9)
@@ -350,7 +350,7 @@ def test_the_model_state_exercise_counts_what_a_real_torch_adam_holds_under_auto
 
 def test_the_mfu_exercise_follows_labkit_bench_and_the_dense_peak():
     from labkit import bench
-    from labkit.exercises.training import MFU_STEP
+    from labkit.exercises.memory import MFU_STEP
 
     # an H100 SXM names itself "NVIDIA H100 80GB HBM3" to torch.cuda.get_device_name()
     assert bench.peak("cuda:0 (NVIDIA H100 80GB HBM3)").chip == bench.peak(MFU_STEP["device"]).chip == "H100 SXM"
@@ -363,7 +363,7 @@ def test_the_mfu_exercise_follows_labkit_bench_and_the_dense_peak():
 
 def test_the_zero_exercise_agrees_with_the_zero_formula_of_each_stage():
     pytest.importorskip("torch")  # labkit.train.torch imports torch
-    from labkit.exercises.training import ZERO_RANKS
+    from labkit.exercises.sharding import ZERO_RANKS
     from labkit.train.torch.deepspeed_config import zero_memory
 
     per_rank = {s: zero_memory(10**6, ZERO_RANKS, s)["total"] / 10**6 for s in range(4)}
@@ -457,7 +457,41 @@ def test_the_dtype_kind_takes_the_names_a_learner_would_write():
         assert check("flax_grad_dtype", answer), answer
     assert check("fsdp2_gather_dtype", "half") and check("fsdp2_gather_dtype", np.dtype("float16"))
     assert not check("flax_grad_dtype", np.dtype(ml_dtypes.bfloat16))
+    for answer in (np.float32, ml_dtypes.bfloat16):  # dtype objects too, by their names, no framework imported
+        assert check("flax_grad_dtype", answer).answered
+    assert check("flax_grad_dtype", np.float32) and not check("flax_grad_dtype", ml_dtypes.bfloat16)
     for exercise in EXERCISES.values():  # a dtype question does not list its answers: the footer does
         if exercise.kind == "dtype":
             assert "'fp32'" not in exercise.question and "work too" not in exercise.question, exercise.id
             assert "'fp32', 'bf16' or 'fp16'" in str(exercise)
+
+
+class _Printed:
+    """An object that prints as a framework's dtype does (no framework is imported for it)."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+@pytest.mark.parametrize("text, right", [("torch.float32", True), ("torch.bfloat16", False),
+                                         ("<dtype: 'float32'>", True), ("<class 'jax.numpy.float32'>", True),
+                                         ("<dtype: 'float16'>", False)])
+def test_the_dtype_kind_takes_a_framework_dtype_by_the_name_it_prints(text, right):
+    assert bool(check("flax_grad_dtype", _Printed(text))) is right  # a learner's p.grad.dtype, x.dtype, tf.float32
+
+
+def test_the_dtype_kind_refuses_what_is_not_a_dtype_and_names_the_answers():
+    with pytest.raises(ValueError, match="a dtype name"):
+        check("flax_grad_dtype", _Printed("torch.int32"))  # a dtype, but none of the answers
+    for answer in (object(), ["fp32"], 16, 1.5, True):
+        with pytest.raises(TypeError, match="a dtype name"):
+            check("flax_grad_dtype", answer)
+
+
+def test_a_real_torch_dtype_is_an_answer():
+    torch = pytest.importorskip("torch")
+    assert check("fsdp2_gather_dtype", torch.float16) and check("fsdp2_gather_dtype", torch.zeros(1).half().dtype)
+    assert not check("fsdp2_gather_dtype", torch.float32)

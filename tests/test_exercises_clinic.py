@@ -73,15 +73,17 @@ def test_the_fix_key_is_the_one_option_that_real_torch_runs_with_scaling_and_fp3
 
     outcomes = fp16_fix_outcomes()
     assert len(outcomes) == len(FP16_GRADIENT_FIXES) == 4
-    disabled, unscale_first, autocast, bf16 = outcomes
+    assert all(isinstance(text, str) and isinstance(settings, dict) for text, settings in FP16_GRADIENT_FIXES)
+    disabled, unscale_first, autocast, bf16 = ((o.error, o.grad_dtype, o.scaling, o.params) for o in outcomes)
     # (1) enabled=False: no error, because nothing is unscaled: fp16 gradients, no scale
-    assert disabled == {"error": None, "grad_dtype": "float16", "scaling": False, "master_fp32": False}
+    assert disabled == (None, "float16", False, "float16")
     # (2) unscale_ by hand raises the very message of the clinic's case
-    assert unscale_first["error"] == case("fp16-params").run().message == "ValueError: Attempting to unscale FP16 gradients."
+    assert unscale_first[0] == case("fp16-params").run().message == "ValueError: Attempting to unscale FP16 gradients."
     # (3) fp32 parameters under fp16 autocast: runs, fp32 gradients, scaler on
-    assert autocast == {"error": None, "grad_dtype": "float32", "scaling": True, "master_fp32": True}
+    assert autocast == (None, "float32", True, "float32")
     # (4) pure bf16: GradScaler accepts bf16 gradients, but the weights are bf16
-    assert bf16 == {"error": None, "grad_dtype": "bfloat16", "scaling": True, "master_fp32": False}
+    assert bf16 == (None, "bfloat16", True, "bfloat16")
+    assert [o.applied for o in outcomes] == [True, False, True, True]  # applied: the step changed the weights
     assert EXERCISES["clinic_fp16_gradients_fix"].solve() == 3
     assert str(torch.finfo(torch.float16).max) == "65504.0"
 
@@ -101,11 +103,12 @@ def test_the_t5_key_is_the_one_fix_under_which_a_real_gradscaler_applies_every_s
     assert len(outcomes) == len(T5_FIXES) == 4
     higher, lower, growth, ff_fp32 = outcomes
     for scaled in (higher, lower, growth):  # no loss scale reaches the forward pass: nan, every step skipped
-        assert scaled["applied"] == scaled["finite_losses"] == 0 and scaled["amax"] == float("inf")
-    assert higher["scales"][0] == 2.0**24 and lower["scales"][0] == 1.0
-    assert all(b == a / 2 for a, b in zip(growth["scales"], growth["scales"][1:]))  # halved at each skipped step
-    assert ff_fp32["applied"] == ff_fp32["finite_losses"] == T5_STEPS  # the feed-forward in fp32 holds it
-    assert abs(ff_fp32["amax"] / T5_ACTIVATION - 1) < 0.05 and ff_fp32["amax"] > float(torch.finfo(torch.float16).max)
+        assert scaled.steps_applied == scaled.finite_losses == 0 and max(scaled.amax) == float("inf")
+    assert higher.scales[0] == 2.0**24 and lower.scales[0] == 1.0
+    assert all(b == a / 2 for a, b in zip(growth.scales, growth.scales[1:]))  # halved at each skipped step
+    assert ff_fp32.steps_applied == ff_fp32.finite_losses == T5_STEPS  # the feed-forward in fp32 holds it
+    amax = max(ff_fp32.amax)
+    assert abs(amax / T5_ACTIVATION - 1) < 0.05 and amax > float(torch.finfo(torch.float16).max)
     assert EXERCISES["t5_overflow_fix"].solve() == 4
     import re
 

@@ -56,18 +56,6 @@ TARGETS = _fuzz.discover()
 OUTCOMES: list[_fuzz.Outcome] = []
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _exercise_registry_restored():
-    """`labkit.exercises.register` is fuzzed with real exercises (ids ``fuzz_...``): take them out
-    again, so that later tests (tests/test_solutions.py, test_course_shape.py) see the registry labkit ships."""
-    from labkit.exercises import core
-
-    before = dict(core._REGISTRY)
-    yield
-    core._REGISTRY.clear()
-    core._REGISTRY.update(before)
-
-
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
     return _fuzz.Ctx(tmp_path_factory.mktemp("fuzz"))

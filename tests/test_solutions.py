@@ -6,27 +6,14 @@ with ``ast`` for ``check("id", answer)`` calls, and the stored output of each su
 """
 
 import ast
-import json
 from collections import Counter
 from pathlib import Path
+
+from _notebooks import calls, code_cells
 
 from labkit.exercises import EXERCISES
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "99_solutions.ipynb"
-
-
-def code_cells():
-    nb = json.loads(NOTEBOOK.read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            source = cell["source"]
-            yield ("".join(source) if isinstance(source, list) else source), cell.get("outputs", [])
-
-
-def calls(source: str, name: str) -> list[ast.Call]:
-    """The calls of the bare function `name` in a cell (IPython magics would not parse: there are none)."""
-    return [node for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name]
 
 
 def exercise_id(call: ast.Call) -> str:
@@ -39,7 +26,7 @@ def exercise_id(call: ast.Call) -> str:
 def checked() -> list[tuple[str, str]]:
     """(id, stored plain-text output) of every check(...) call, in notebook order."""
     out = []
-    for source, outputs in code_cells():
+    for source, outputs in code_cells(NOTEBOOK):
         text = "".join("".join(o.get("data", {}).get("text/plain", "")) + "".join(o.get("text", ""))
                        for o in outputs)
         out += [(exercise_id(call), text) for call in calls(source, "check")]
@@ -60,7 +47,7 @@ def test_every_stored_check_says_right():
 
 
 def test_every_solution_shows_its_question_first():
-    shown = [exercise_id(call) for source, _ in code_cells() for call in calls(source, "show")]
+    shown = [exercise_id(call) for source, _ in code_cells(NOTEBOOK) for call in calls(source, "show")]
     assert shown == [ex_id for ex_id, _ in checked()]
 
 
@@ -71,7 +58,7 @@ def test_the_solutions_follow_the_course_order():
 
 def test_no_solution_reads_the_key():
     """Answers are computed as a learner would: never with an exercise's own solve() or its registry entry."""
-    for source, _ in code_cells():
+    for source, _ in code_cells(NOTEBOOK):
         tree = ast.parse(source)
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}

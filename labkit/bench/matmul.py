@@ -15,6 +15,8 @@ import numpy as np
 
 from labkit._validate import integer, number, shown
 from labkit.bench.plan import MAX_STEPS, _split
+from labkit.bench.records import _versus
+from labkit.bench.timing import time_in_turns
 from labkit.table import Table
 
 MATMUL_FRAMEWORKS = ("torch", "jax", "tf")
@@ -43,8 +45,8 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
     """Milliseconds of one (n, n) @ (n, n) matmul, per (framework, dtype): the best of `repeats`
     timings of `number` calls each, after a warm-up call (compilation, kernel selection).
 
-    The repeats of a framework's dtypes are interleaved (fp32, bf16, fp32, bf16, ...), so that
-    other work on a shared machine does not favour one of them. Each framework runs on its default device (PyTorch: CUDA if present) with its *default*
+    The repeats of a framework's dtypes take turns (fp32, bf16, fp32, bf16, ...: `time_in_turns`),
+    so that other work on a shared machine does not favour one of them. Each framework runs on its default device (PyTorch: CUDA if present) with its *default*
     settings -- so on an NVIDIA GPU JAX and TensorFlow compute float32 in TF32 and PyTorch does
     not. Every call waits for its result. The operands are the same numbers in every framework.
 
@@ -70,15 +72,13 @@ def matmul_ms(n: int = 1024, frameworks=MATMUL_FRAMEWORKS, dtypes=("float32", "b
             k, r = number_, repeats
             if max_seconds is not None and first * k * r > max_seconds:
                 k, r = 1, max(1, min(repeats, int(max_seconds / max(first, 1e-9))))
-            plan[dtype] = (call, k, r, [])
+            plan[dtype] = (call, k, r)
         # the repeats of the dtypes take turns, so that a burst of other work on the machine
         # slows all of them alike rather than the one that happened to be timed then
-        for i in range(max(r for _, _, r, _ in plan.values())):
-            for call, k, r, times in plan.values():
-                if i < r:
-                    times.append(timeit.timeit(call, number=k) / k)
-        for dtype, (_, _, _, times) in plan.items():
-            out[framework, dtype] = 1e3 * min(times)
+        best = time_in_turns([c for c, _, _ in plan.values()], repeats=[r for _, _, r in plan.values()],
+                             number=[k for _, k, _ in plan.values()])
+        for dtype, seconds in zip(plan, best):
+            out[framework, dtype] = 1e3 * seconds
     return out
 
 
@@ -123,12 +123,6 @@ def emulation_table(frameworks=MATMUL_FRAMEWORKS, dtypes=("bfloat16", "float16")
                   "disturbed: run the cell again)")
     return Table(("framework", "dtype", "here", "why", "float32 ms", "16-bit ms", "against float32",
                   "most it can gain"), tuple(rows), title)
-
-
-def _versus(base: float, t: float) -> str:
-    """"3.1x faster" / "2.0x slower" / "as fast" for a time t against a baseline time."""
-    r = base / t
-    return "as fast" if 0.95 <= r <= 1.05 else f"{r:.1f}x faster" if r > 1 else f"{1 / r:.1f}x slower"
 
 
 def _matmul_call(framework: str, a, dtype: str) -> Callable[[], object]:

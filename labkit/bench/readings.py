@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from labkit._validate import choice, number, shown
 from labkit.bench.peaks import train_flops
+from labkit.bench.plan import SHAPES
 from labkit.table import Table
 from labkit.train.config import PRECISIONS
 
@@ -77,31 +78,26 @@ def _ratio(num: dict, den: dict) -> tuple[float, float, float]:
     return a[0] / b[2], a[1] / b[1], a[2] / b[0]
 
 
-def _ceiling(framework: str, precision: str, ceiling):
-    from labkit import hardware
-
-    if ceiling is not None:
-        return hardware.Ceiling(number("ceiling", ceiling, minimum=0, inclusive=False), "as given")
-    return hardware.speedup_ceiling(framework, precision)
-
-
-def batch_trend(records, precision: str = "bf16", ceiling: float | None = None) -> Reading:
+def batch_trend(records, precision: str = "bf16", ceiling: float | None = None, shape: str = "aligned") -> Reading:
     """Does `precision`'s speed-up over fp32 grow or shrink with the batch size, in `records`
     (from `bench`: fp32 and `precision` cells at several batch sizes, one framework and model)?
+    Only the cells of one `shape` are read ("aligned"; "odd" for the odd sizes of
+    ``bench(..., odd_sizes=True)``).
 
     Compares the smallest batch with the largest: "grows" when the largest batch's speed-up
     range lies wholly above the smallest's, "shrinks" when below, "flat" when they overlap;
     "noisy" when a speed-up exceeds the hardware's ceiling (``ceiling``, default
-    `labkit.hardware.speedup_ceiling` for this machine) by its slack."""
+    `labkit.hardware.speedup_ceiling` of the device the records were measured on,
+    `labkit.claims.records.record_ceiling`) by its slack."""
+    from labkit import hardware
+    from labkit.claims.records import record_ceiling, speedups
+
     choice("precision", precision, [p for p in PRECISIONS if p != "fp32"])
     if ceiling is not None:
         ceiling = number("ceiling", ceiling, minimum=0, inclusive=False)
-    runs = _ok(records)
-    base = {(r["framework"], r["model"], r.get("shape"), r["width"], r["batch_size"]): r
-            for r in runs if r["precision"] == "fp32"}
-    pairs = sorted(((r["batch_size"], base[k], r) for r in runs if r["precision"] == precision
-                    and (k := (r["framework"], r["model"], r.get("shape"), r["width"], r["batch_size"])) in base),
-                   key=lambda x: x[0])
+    shape = choice("shape", shape, SHAPES)
+    runs = [r for r in _ok(records) if r.get("shape", "aligned") == shape]
+    pairs = sorted(((r["batch_size"], f, r) for r, f, _ in speedups(runs, precision)), key=lambda x: x[0])
     if len({(f["framework"], f["model"]) for _, f, _ in pairs}) > 1:
         raise ValueError("records must hold one framework and one model; got "
                          f"{sorted({(f['framework'], f['model']) for _, f, _ in pairs})}")
@@ -109,15 +105,15 @@ def batch_trend(records, precision: str = "bf16", ceiling: float | None = None) 
         return Reading("unmeasured", f"not enough to tell: {precision} and fp32 finished at {len(pairs)} batch "
                                      "size(s) here, and a trend needs two")
     fw, model = pairs[0][1]["framework"], pairs[0][1]["model"]
-    top = _ceiling(fw, precision, ceiling)
-    speedups = [(b, _ratio(f, r)) for b, f, r in pairs]  # fp32's time over precision's: a speed-up
-    head = f"{precision} against fp32 ({fw} {model}): " + ", ".join(f"{s[1]:.2f}x at batch {b}" for b, s in speedups)
-    wild = [b for b, s in speedups if top.exceeded_by(s[1])]
+    top = hardware.Ceiling(ceiling, "as given") if ceiling is not None else record_ceiling(pairs[0][2])
+    ratios = [(b, _ratio(f, r)) for b, f, r in pairs]  # fp32's time over precision's: a speed-up
+    head = f"{precision} against fp32 ({fw} {model}): " + ", ".join(f"{s[1]:.2f}x at batch {b}" for b, s in ratios)
+    wild = [b for b, s in ratios if top is not None and top.exceeded_by(s[1])]
     if wild:
         return Reading("noisy", f"{head}: at batch {', '.join(map(str, wild))} more than the hardware can give "
                                 f"({top.times:g}x, {top.why}, with its slack): disturbed timings, no trend to "
                                 "read; run the cell again on a quiet machine")
-    (_, first), (_, last) = speedups[0], speedups[-1]
+    (_, first), (_, last) = ratios[0], ratios[-1]
     if last[0] > first[2]:
         return Reading("grows", f"{head}: the speed-up grows with the batch here")
     if last[2] < first[0]:
@@ -130,11 +126,21 @@ def shape_cost(records) -> Table:
     precision, the odd cell's step time over the aligned cell's, next to its FLOPs over theirs
     (batch - 1 and width - 1 do almost the same work), and a reading that counts a difference
     only beyond the timing spread. The title says whether a 16-bit precision lost more to the
-    odd sizes than fp32 did -- or that this machine's timings cannot tell."""
+    odd sizes than fp32 did -- or that this machine's timings cannot tell. Records with two cells
+    of one shape for a framework, model and precision (a sweep over batch sizes) are refused:
+    which two to compare would be a guess."""
     runs = _ok(records)
     cells: dict[tuple, dict] = {}
     for r in runs:
-        cells.setdefault((r["framework"], r["model"], r["precision"]), {})[r.get("shape", "aligned")] = r
+        by = cells.setdefault((r["framework"], r["model"], r["precision"]), {})
+        shape = r.get("shape", "aligned")
+        if shape in by:
+            twice = by[shape]
+            raise ValueError(f"records hold two {shape} cells of {r['framework']} {r['model']} {r['precision']} "
+                             f"(batch x width {twice['batch_size']} x {twice['width']} and {r['batch_size']} x "
+                             f"{r['width']}): shape_cost compares one aligned and one odd cell per framework, model "
+                             "and precision; pass the records of one bench(..., odd_sizes=True) run")
+        by[shape] = r
     rows, cost, notes = [], {}, []
     for (fw, model, prec), by in cells.items():
         if not {"aligned", "odd"} <= set(by):

@@ -76,7 +76,7 @@ def table(records: list[dict]) -> Table:
             continue
         if r["status"] == "emulated":
             where = f"batch {r['small_batch_size']}, width {r['small_width']}"
-            rows.append((*head, "timed small", "", "", f"{_slower(r['emulated_slowdown'])} (at {where})", "", act,
+            rows.append((*head, "timed small", "", "", f"{_versus(1.0, r['emulated_slowdown'])} (at {where})", "", act,
                          "", f"the full size does not fit the cell's time budget: timed at {where} only"))
             continue
         rows.append((
@@ -98,14 +98,16 @@ def _here(rec: dict) -> str:
     return "" if native is None else "native" if native else "emulated"
 
 
-def _slower(slowdown: float) -> str:
-    """A 16-bit time over fp32's, in words: "3.5x slower", "1.2x faster", "as fast".
+def _versus(base: float, t: float) -> str:
+    """A time `t` against a baseline time, in words: "3.1x faster", "2.0x slower", or "as fast"
+    within 5% of the baseline's speed -- the one reading of a 16-bit time against fp32's that
+    `table` (an emulated cell's slowdown) and `emulation_table` print.
 
-    >>> _slower(3.5), _slower(1 / 1.2), _slower(1.02)
+    >>> _versus(1.0, 3.5), _versus(1.2, 1.0), _versus(1.0, 1.02)
     ('3.5x slower', '1.2x faster', 'as fast')
     """
-    return "as fast" if 0.95 <= slowdown <= 1.05 else f"{slowdown:.1f}x slower" if slowdown > 1 else \
-        f"{1 / slowdown:.1f}x faster"
+    r = base / t
+    return "as fast" if 0.95 <= r <= 1.05 else f"{r:.1f}x faster" if r > 1 else f"{t / base:.1f}x slower"
 
 
 def _mb(n) -> str:

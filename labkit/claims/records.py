@@ -1,5 +1,6 @@
 """The records a verdict reads (`labkit.bench.bench` records, or `run_records` of training runs),
-and how one 16-bit record is paired with its fp32 baseline.
+how one 16-bit record is paired with its fp32 baseline (`speedups`), and what the device a record
+was measured on can do (`record_native`, `record_ceiling`).
 
 >>> run_records([])
 []
@@ -34,11 +35,11 @@ def run_records(results, step_time: str = "median") -> list[dict]:
     """Training runs (`labkit.train.RunResult`) as records `verdict` reads, with accuracy.
 
     A record's ``step_time_s`` is the run's median step time, or with ``step_time="best"`` its
-    fastest step (`labkit.train.report.STEP_TIMES`): compare runs timed side by side
+    fastest step (`labkit.train.RunResult.step_time`): compare runs timed side by side
     (`labkit.train.run_in_turns`) by their best steps, which other work on the machine disturbs least.
     """
     from labkit.train import RunResult
-    from labkit.train.report import STEP_TIMES
+    from labkit.train.result import STEP_TIMES
 
     if isinstance(results, RunResult):
         results = [results]
@@ -52,7 +53,7 @@ def run_records(results, step_time: str = "median") -> list[dict]:
             raise TypeError(f"results must hold labkit.train.RunResult objects (run_records takes runs), got "
                             f"{type(r).__name__}")
         cfg = r.config
-        t = r.best_step_time() if step_time == "best" else r.median_step_time()
+        t = r.step_time(step_time)
         out.append(dict(
             framework=cfg.framework, precision=cfg.precision, model=cfg.model, shape="aligned",
             batch_size=cfg.batch_size, width=cfg.width, status=r.status, device=r.device,
@@ -78,9 +79,104 @@ def _device_kind(rec: dict) -> str:
     return "gpu" if any(k in text for k in ("cuda", "nvidia")) else "cpu"
 
 
+def _report(rec: dict):
+    """A HardwareReport for the device a record was measured on: this machine's CPU for a CPU
+    record, the GPU named in the device text (its compute capability looked up) or a TPU
+    otherwise; None for a GPU of unknown compute capability."""
+    from labkit import hardware
+
+    kind = _device_kind(rec)
+    if kind == "cpu":
+        return hardware.HardwareReport(hardware.detect_cpu())
+    if kind == "tpu":
+        return hardware.HardwareReport(hardware.detect_cpu(), tpus=(hardware.TPUInfo(),))
+    cc = hardware.capability_from_name(str(rec.get("device", "")))
+    if cc is None:
+        return None
+    gpu = hardware.GPUInfo(str(rec.get("device")), capability=cc)
+    return hardware.HardwareReport(hardware.detect_cpu(), gpus=(gpu,))
+
+
+def _record(rec, what: str = "rec") -> dict:
+    """One record: a dict that names its framework and precision."""
+    if not isinstance(rec, dict):
+        raise TypeError(f"{what} must be a record (a dict: labkit.bench.bench's, or run_records(results)'s); got "
+                        f"{type(rec).__name__} {shown(rec)}")
+    missing = [k for k in ("framework", "precision") if k not in rec]
+    if missing:
+        raise ValueError(f"{what} lacks {', '.join(map(repr, missing))}: a record names its framework and precision")
+    return rec
+
+
+def record_native(rec: dict):
+    """`labkit.hardware.native_precision` of a record's framework and precision on the device it
+    was measured on (its ``device`` text, not this machine's GPU); a GPU of unknown compute
+    capability counts as native.
+
+    >>> record_native(dict(framework="torch", precision="bf16", device="cuda:0 (Tesla T4)")).native
+    False
+    """
+    from labkit import hardware
+
+    rec = _record(rec)
+    report = _report(rec)
+    if report is None:
+        return hardware.Native(True, "a GPU of unknown compute capability")
+    return hardware.native_precision(rec["framework"], rec["precision"], report)
+
+
+def record_ceiling(rec: dict):
+    """`labkit.hardware.speedup_ceiling` of a record's framework and precision on the device it was
+    measured on (its ``device`` text); None where that is unknown (a GPU of unknown compute
+    capability). The one ceiling every speed-up of a record is read against.
+
+    >>> record_ceiling(dict(framework="torch", precision="bf16", device="cuda:0 (NVIDIA A100-SXM4-40GB)")).times
+    16.0
+    """
+    from labkit import hardware
+
+    rec = _record(rec)
+    report = _report(rec)
+    return None if report is None else hardware.speedup_ceiling(rec["framework"], rec["precision"], report)
+
+
+def _step_time(rec: dict) -> float | None:
+    """A record's ``step_time_s`` where it is a time (a finite number > 0), else None."""
+    t = rec.get("step_time_s")
+    return t if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf") else None
+
+
 def _group(rec: dict) -> tuple:
     """What two runs must share to be compared: framework, model, width, shape, batch size."""
     return rec["framework"], rec["model"], rec.get("width"), rec.get("shape", "aligned"), rec["batch_size"]
+
+
+def speedups(records, precision: str | None = None) -> list[tuple[dict, dict, float]]:
+    """(record, its fp32 record, fp32's step time / its step time) for every finished record of
+    `precision` -- None: every precision but fp32 and tf32 (the 16-bit ones) -- that has a finished
+    fp32 record of the same framework, model, width, shape (none given: "aligned") and batch size,
+    both with a step time; in the records' order. The one pairing that `speed_table`,
+    `speed_checks` and `labkit.bench.batch_trend` read.
+
+    >>> base = dict(framework="torch", model="mlp", batch_size=64, status="ok", device="cpu (example)")
+    >>> pairs = speedups([dict(base, precision="fp32", step_time_s=0.2), dict(base, precision="bf16", step_time_s=0.1)])
+    >>> [(rec["precision"], fp32["precision"], ratio) for rec, fp32, ratio in pairs]
+    [('bf16', 'fp32', 2.0)]
+    """
+    from labkit.train.config import PRECISIONS, TORCH_PRECISIONS
+
+    records = _records(records)
+    if precision is not None:
+        precision = choice("precision", precision, [p for p in PRECISIONS + TORCH_PRECISIONS if p != "fp32"])
+    timed = [r for r in records if r.get("status") == "ok" and _step_time(r) is not None]
+    base = {_group(r): r for r in timed if r["precision"] == "fp32"}
+    out = []
+    for r in timed:
+        wanted = r["precision"] == precision if precision else r["precision"] not in ("fp32", "tf32")
+        if wanted and _group(r) in base:
+            fp32 = base[_group(r)]
+            out.append((r, fp32, fp32["step_time_s"] / r["step_time_s"]))
+    return out
 
 
 def _pairs(claim: Claim, records) -> list[tuple[dict, dict]]:
@@ -106,4 +202,4 @@ def _pairs(claim: Claim, records) -> list[tuple[dict, dict]]:
     return pairs
 
 
-__all__ = ["run_records"]
+__all__ = ["record_ceiling", "record_native", "run_records", "speedups"]

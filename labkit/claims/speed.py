@@ -25,23 +25,7 @@ from __future__ import annotations
 
 from labkit import checks
 from labkit._validate import number
-from labkit.claims.records import _group, _records
-from labkit.claims.verdicts import _ceiling, _native, _step_time
-from labkit.hardware import CEILING_SLACK
-
-
-def _ratios(records) -> list[tuple[dict, float]]:
-    """(16-bit record, fp32's step time / its step time) for every finished 16-bit record with a
-    finished fp32 record of the same framework, model, width, shape and batch size."""
-    base = {_group(r): r for r in records if r.get("status") == "ok" and r["precision"] == "fp32"
-            and _step_time(r) is not None}
-    out = []
-    for r in records:
-        if r.get("status") != "ok" or r["precision"] in ("fp32", "tf32") or _step_time(r) is None:
-            continue
-        if _group(r) in base:
-            out.append((r, base[_group(r)]["step_time_s"] / r["step_time_s"]))
-    return out
+from labkit.claims.records import record_ceiling, record_native, speedups
 
 
 def _name(rec: dict, several: bool) -> str:
@@ -54,18 +38,17 @@ def speed_checks(records, emulated_at_most: float = 1.2) -> checks.Report:
     record of its framework, model and shape: no speed-up past the hardware's ceiling, and none
     above ``emulated_at_most`` for a precision this device emulates. A device with nothing
     emulated holds the second claim with nothing to test (it says so after ``here:``)."""
-    records = _records(records)
+    ratios = speedups(records)  # checks the records
     emulated_at_most = number("emulated_at_most", emulated_at_most, minimum=0, inclusive=False)
-    ratios = _ratios(records)
-    several = len({(r["framework"], r["model"]) for r, _ in ratios}) > 1
+    several = len({(r["framework"], r["model"]) for r, _, _ in ratios}) > 1
     within, past, emulated = [], [], []
-    for rec, ratio in ratios:
-        ceiling = _ceiling(rec)
+    for rec, _, ratio in ratios:
+        ceiling = record_ceiling(rec)
         shown = f"{_name(rec, several)} {ratio:.2f}x"
         if ceiling is not None:
             (past if ceiling.exceeded_by(ratio) else within).append(
-                f"{shown} (ceiling {ceiling.times:g}x, noise past {CEILING_SLACK * ceiling.times:g}x)")
-        if not _native(rec).native:
+                f"{shown} (ceiling {ceiling.times:g}x, noise past {ceiling.limit:g}x)")
+        if not record_native(rec).native:
             emulated.append((shown, ratio))
     return checks.report(
         checks.that("no 16-bit speed-up here goes past what the hardware can give (labkit.hardware.speedup_ceiling, "

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from labkit.claims.catalog import CLAIMS, Claim, _claims
-from labkit.claims.records import _group, _pairs, _records
-from labkit.claims.verdicts import Verdict, _accuracy_words, _ceiling, _native, _noise, _reading, _step_time, verdict
+from labkit.claims.records import _pairs, _records, record_ceiling, record_native, speedups
+from labkit.claims.verdicts import Verdict, _accuracy_words, _noise, _reading, verdict
 from labkit.table import Table
 
 
@@ -16,23 +16,22 @@ def speed_table(records) -> Table:
     from the records and the hardware, so it reads right on a CPU with bf16 instructions, on one
     without, and on a GPU."""
     records = _records(records)
-    base = {_group(r): r for r in records if r.get("status") == "ok" and r["precision"] == "fp32"
-            and _step_time(r) is not None}
+    paired = {id(rec): ratio for rec, _, ratio in speedups(records)}
     rows = []
     for r in records:
         if r.get("status") not in ("ok", "emulated") or r["precision"] in ("fp32", "tf32"):
             continue
-        native = _native(r)
+        native = record_native(r)
         if r["status"] == "emulated":
             measured = f"{r['emulated_slowdown']:.1f}x slower (batch {r['small_batch_size']}, width {r['small_width']})"
             ratio = 1 / r["emulated_slowdown"]
-        elif _group(r) in base and _step_time(r) is not None:
-            ratio = base[_group(r)]["step_time_s"] / r["step_time_s"]
+        elif id(r) in paired:
+            ratio = paired[id(r)]
             measured = f"{ratio:.2f}x fp32's speed"
         else:
             continue
         rows.append((r["framework"], r["model"], str(r["batch_size"]), r["precision"], measured,
-                     _noise(ratio, _ceiling(r)) or _reading(ratio, native)))
+                     _noise(ratio, record_ceiling(r)) or _reading(ratio, native)))
     return Table(("framework", "model", "batch", "precision", "measured", "reading"), tuple(rows),
                  "What the step times say on this machine")
 
@@ -125,10 +124,6 @@ def _compact(claim: Claim, items: list[tuple[int, Verdict]]) -> str:
         mark = f"✓ at batch {', '.join(map(str, holding))}"
     batches = f" (batch {measured[0][0]}-{measured[-1][0]})" if len(measured) > 1 else ""
     return f"{text} {mark}{batches}"
-
-
-__all__ = ["CLAIMS", "METRICS", "Claim", "Verdict", "claims_table", "get", "run_records", "speed_table",
-           "summary_table", "verdict", "verdict_table"]
 
 
 __all__ = ["speed_table", "summary_table", "verdict_table"]

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from labkit.claims.catalog import ACCURACY_SLACK, RATIO_CLAIMED, SPEEDUP_CLAIMED, Claim, get
-from labkit.claims.records import _device_kind, _pairs
+from labkit.claims.records import _device_kind, _pairs, _step_time, record_native
 from labkit.memory import Breakdown, measured, total_bytes
 
 
@@ -37,54 +37,12 @@ class Verdict(NamedTuple):
 _PARTIAL_WHY = "only the matmuls speed up; element-wise work, casts and the optimizer step do not"
 
 
-def _report(rec: dict):
-    """A HardwareReport for the device a record was measured on: this machine's CPU for a CPU
-    record, the GPU named in the device text (its compute capability looked up) or a TPU
-    otherwise; None for a GPU of unknown compute capability."""
-    from labkit import hardware
-
-    kind = _device_kind(rec)
-    if kind == "cpu":
-        return hardware.HardwareReport(hardware.detect_cpu())
-    if kind == "tpu":
-        return hardware.HardwareReport(hardware.detect_cpu(), tpus=(hardware.TPUInfo(),))
-    cc = hardware.capability_from_name(str(rec.get("device", "")))
-    if cc is None:
-        return None
-    gpu = hardware.GPUInfo(str(rec.get("device")), capability=cc)
-    return hardware.HardwareReport(hardware.detect_cpu(), gpus=(gpu,))
-
-
-def _native(rec: dict):
-    """`labkit.hardware.native_precision` for the device a record was measured on (`_report`)."""
-    from labkit import hardware
-
-    report = _report(rec)
-    if report is None:
-        return hardware.Native(True, "a GPU of unknown compute capability")
-    return hardware.native_precision(rec["framework"], rec["precision"], report)
-
-
-def _ceiling(rec: dict):
-    """`labkit.hardware.speedup_ceiling` for the device a record was measured on (`_report`);
-    None where it is unknown."""
-    from labkit import hardware
-
-    report = _report(rec)
-    return None if report is None else hardware.speedup_ceiling(rec["framework"], rec["precision"], report)
-
-
 def _noise(ratio: float, ceiling) -> str | None:
     """The reading of a speed-up past what the hardware can give (`Ceiling.exceeded_by`), else None."""
     if ceiling is None or not ceiling.exceeded_by(ratio):
         return None
-    return (f"noise: over {2 * ceiling.times:g}x, more than the hardware can give ({ceiling.times:g}x: "
+    return (f"noise: over {ceiling.limit:g}x, more than the hardware can give ({ceiling.times:g}x: "
             f"{ceiling.why}) even against a slow fp32; a timing was disturbed: run it again")
-
-
-def _step_time(rec: dict) -> float | None:
-    t = rec.get("step_time_s")
-    return t if isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf") else None
 
 
 def _speed(base: dict, rec: dict) -> Verdict:
@@ -93,7 +51,7 @@ def _speed(base: dict, rec: dict) -> Verdict:
     value = base["step_time_s"] / rec["step_time_s"]
     if round(value, 2) >= SPEEDUP_CLAIMED:  # judged as shown, to two decimals
         return Verdict(value, f"holds here: {value:.2f}x fp32", True)
-    native = _native(rec)
+    native = record_native(rec)
     why = _PARTIAL_WHY if native.native and value >= 1.1 else _reading(value, native)
     how = "slower than fp32" if value < 1 else "short of 2x"
     return Verdict(value, f"does not hold here: {value:.2f}x fp32, {how} ({why})", False)

@@ -2,8 +2,9 @@
 help, and when DeepSpeed gives up.
 
 The two fix exercises' keys are computed by running each offered fix on the real ``torch.amp.GradScaler``
-(`fp16_fix_outcomes`, `t5_fix_outcomes`; torch is imported only when they are checked, so
-``labkit.exercises`` stays framework-free); the DeepSpeed key comes from `labkit.scaling`'s replay of
+(`fp16_fix_outcomes`, `t5_fix_outcomes`), through the clinic's own runs, ``scaler_step`` and ``ff_run`` of
+``labkit.train.torch.clinic.amp`` (imported only when they are checked, so ``labkit.exercises`` stays
+framework-free); the DeepSpeed key comes from `labkit.scaling`'s replay of
 ``DynamicLossScaler``, which is tested against DeepSpeed itself.
 
 >>> from labkit.exercises import check
@@ -18,62 +19,47 @@ import functools
 from labkit import formats as lf
 from labkit.exercises.core import Exercise, Hint, register
 
-# -- which fix for "ValueError: Attempting to unscale FP16 gradients." ---------------------------------
-FP16_GRADIENT_FIXES = (
-    "construct the scaler as torch.amp.GradScaler(enabled=False)",
-    "call scaler.unscale_(optimizer) yourself before scaler.step(optimizer)",
-    "drop model.half(): keep fp32 parameters and run the forward under torch.autocast(device, dtype=torch.float16)",
-    "convert the model with model.to(torch.bfloat16) instead of model.half()",
-)
-"""The fixes the exercise offers, numbered from 1 in its question."""
-
-
-@functools.cache
-def fp16_fix_outcomes() -> tuple[dict, ...]:
-    """What each of `FP16_GRADIENT_FIXES` does to one real GradScaler step on the CPU, in order: ``error``
-    (``"Type: text"`` of what it raised, or None), ``grad_dtype`` of the weights' gradient, ``scaling``
-    (GradScaler enabled) and ``master_fp32`` (the parameters the optimizer updates are fp32)."""
-    import torch
-
-    def step(option: int) -> dict:
-        gen = torch.Generator().manual_seed(0)
-        model = torch.nn.Linear(4, 4)
-        with torch.no_grad():
-            model.weight.copy_(torch.randn(4, 4, generator=gen))
-            model.bias.zero_()
-        x = torch.randn(8, 4, generator=gen)
-        low = {0: torch.float16, 1: torch.float16, 3: torch.bfloat16}.get(option)
-        if low is not None:
-            model, x = model.to(low), x.to(low)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=option != 0)
-        out = {"error": None, "grad_dtype": None, "scaling": scaler.is_enabled(),
-               "master_fp32": model.weight.dtype == torch.float32}
-        try:
-            with torch.autocast("cpu", dtype=torch.float16, enabled=option == 2):
-                loss = model(x).float().pow(2).mean()
-            scaler.scale(loss).backward()
-            out["grad_dtype"] = str(model.weight.grad.dtype).removeprefix("torch.")
-            if option == 1:
-                scaler.unscale_(opt)
-            scaler.step(opt)
-            scaler.update()
-        except Exception as err:  # noqa: BLE001 -- the exercise reports what torch raised
-            out["error"] = f"{type(err).__name__}: {str(err).strip()}"
-        return out
-
-    return tuple(step(i) for i in range(len(FP16_GRADIENT_FIXES)))
-
-
-def _fp16_fix_key() -> int:
-    """The option (from 1) that runs, keeps the loss scale and updates fp32 parameters."""
-    good = [i + 1 for i, o in enumerate(fp16_fix_outcomes()) if o["error"] is None and o["scaling"] and o["master_fp32"]]
+def _only_working(outcomes, works) -> int:
+    """The option (from 1) whose outcome `works`: there must be exactly one."""
+    good = [i + 1 for i, o in enumerate(outcomes) if works(o)]
     if len(good) != 1:  # pragma: no cover - torch changed
         raise AssertionError(f"expected exactly one working fix, torch gave {good}")
     return good[0]
 
 
-def _outcome(answer: int) -> dict:
+# -- which fix for "ValueError: Attempting to unscale FP16 gradients." ---------------------------------
+FP16_GRADIENT_FIXES = (
+    ("construct the scaler as torch.amp.GradScaler(enabled=False)", {"params": "fp16", "scaler": False}),
+    ("call scaler.unscale_(optimizer) yourself before scaler.step(optimizer)",
+     {"params": "fp16", "unscale_first": True}),
+    ("drop model.half(): keep fp32 parameters and run the forward under torch.autocast(device, dtype=torch.float16)",
+     {"params": "fp32"}),
+    ("convert the model with model.to(torch.bfloat16) instead of model.half()", {"params": "bf16"}),
+)
+"""The fixes the exercise offers, numbered from 1 in its question: (text, the settings of
+``labkit.train.torch.clinic.amp.scaler_step`` that try it)."""
+
+
+@functools.cache
+def fp16_fix_outcomes() -> tuple:
+    """What each of `FP16_GRADIENT_FIXES` does to one real GradScaler step on the CPU, in order: the clinic's
+    ``scaler_step`` records (``error``, the ``grad_dtype``, ``scaling``: GradScaler enabled, ``params``: the
+    dtype of the parameters the optimizer updates)."""
+    from labkit.train.torch.clinic.amp import scaler_step  # torch, imported when the exercise is checked
+
+    return tuple(scaler_step(**settings) for _, settings in FP16_GRADIENT_FIXES)
+
+
+def _keeps_mixed_precision(outcome) -> bool:
+    """It runs, keeps the loss scale and updates fp32 parameters."""
+    return outcome.error is None and outcome.scaling and outcome.params == "float32"
+
+
+def _fp16_fix_key() -> int:
+    return _only_working(fp16_fix_outcomes(), _keeps_mixed_precision)
+
+
+def _outcome(answer: int):
     return fp16_fix_outcomes()[answer - 1]
 
 
@@ -82,15 +68,15 @@ def _fp16_fix_hints() -> tuple[Hint, ...]:
     valid = lambda a: 1 <= a <= n  # noqa: E731
     return (
         Hint(lambda a, k: not valid(a), f"Answer with the number of one option, 1 to {n}."),
-        Hint(lambda a, k: valid(a) and _outcome(a)["error"] is not None,
-             lambda a, k: f"Tried on the real GradScaler, option {a} fails the same way: {_outcome(a)['error']} "
+        Hint(lambda a, k: valid(a) and _outcome(a).error is not None,
+             lambda a, k: f"Tried on the real GradScaler, option {a} fails the same way: {_outcome(a).error} "
                           "unscale_ is where the check lives, whoever calls it."),
-        Hint(lambda a, k: valid(a) and not _outcome(a)["scaling"],
+        Hint(lambda a, k: valid(a) and not _outcome(a).scaling,
              "The error goes away because nothing is unscaled any more: the gradients stay fp16 with no loss "
              f"scale, and every one below about {lf.get('fp16').smallest_subnormal / 2:.1g} (half of fp16's smallest "
              f"subnormal, {lf.get('fp16').smallest_subnormal:.2g}) is flushed to zero."),
-        Hint(lambda a, k: valid(a) and not _outcome(a)["master_fp32"],
-             lambda a, k: f"It runs (GradScaler accepts {_outcome(a)['grad_dtype']} gradients), but the weights "
+        Hint(lambda a, k: valid(a) and _outcome(a).params != "float32",
+             lambda a, k: f"It runs (GradScaler accepts {_outcome(a).grad_dtype} gradients), but the weights "
                           "are now 16-bit themselves: with no fp32 master copy, updates smaller than half a "
                           "spacing of the weight are rounded away (notebook 10), and a scaler adds nothing in bf16."),
     )
@@ -101,7 +87,7 @@ register(Exercise(
     "A run that calls model.half() and uses a GradScaler fails at scaler.step(optimizer) with "
     "'ValueError: Attempting to unscale FP16 gradients.' Which change fixes it and keeps mixed precision "
     "(fp32 master weights, a loss scale for fp16)? "
-    + " ".join(f"({i}) {text};" for i, text in enumerate(FP16_GRADIENT_FIXES, 1))[:-1]
+    + " ".join(f"({i}) {text};" for i, (text, _) in enumerate(FP16_GRADIENT_FIXES, 1))[:-1]
     + ". Answer with the option's number.",
     "integer", _fp16_fix_key, hints=_fp16_fix_hints(),
     otherwise="Not that one: which option keeps the parameters in fp32 and the scaler on?",
@@ -114,58 +100,34 @@ T5_ACTIVATION = 80_000.0
 """About the largest feed-forward output of the clinic's T5-like block (huggingface/transformers#5651)."""
 
 T5_FIXES = (
-    "start the loss scale higher: torch.amp.GradScaler(device, init_scale=2.0**24)",
-    "start the loss scale lower: torch.amp.GradScaler(device, init_scale=1.0)",
-    "let the scale grow back after every good step: torch.amp.GradScaler(device, growth_interval=1)",
-    "run that feed-forward in fp32: in forward(), with torch.autocast(device, enabled=False): h = self.ff(x.float())",
+    ("start the loss scale higher: torch.amp.GradScaler(device, init_scale=2.0**24)",
+     {"mode": "fp16", "init_scale": 2.0**24}),
+    ("start the loss scale lower: torch.amp.GradScaler(device, init_scale=1.0)", {"mode": "fp16", "init_scale": 1.0}),
+    ("let the scale grow back after every good step: torch.amp.GradScaler(device, growth_interval=1)",
+     {"mode": "fp16", "growth_interval": 1}),
+    ("run that feed-forward in fp32: in forward(), with torch.autocast(device, enabled=False): h = self.ff(x.float())",
+     {"mode": "fp16, ff in fp32"}),
 )
-"""The fixes the T5 exercise offers, numbered from 1 in its question."""
+"""The fixes the T5 exercise offers, numbered from 1 in its question: (text, the settings of
+``labkit.train.torch.clinic.amp.ff_run`` that try it)."""
 T5_STEPS = 3
 """Steps each fix is tried for (`t5_fix_outcomes`)."""
 
 
 @functools.cache
-def t5_fix_outcomes() -> tuple[dict, ...]:
+def t5_fix_outcomes() -> tuple:
     """What each of `T5_FIXES` does to `T5_STEPS` steps of the clinic's T5-like block (case
-    ``fp16-forward-overflow``: fp16 autocast on the CPU, a real ``torch.amp.GradScaler``), in order:
-    ``applied`` (how many steps changed the weights), ``finite_losses`` (how many losses were finite),
-    ``amax`` (the largest |ff(x)| seen) and ``scales`` (the scale each step used)."""
-    import torch
-    import torch.nn.functional as F
+    ``fp16-forward-overflow``: fp16 autocast on the CPU, a real ``torch.amp.GradScaler``), in order: the
+    clinic's ``ff_run`` records (per step: ``applied``, the loss, the largest |ff(x)| in ``amax``, and the
+    scale it used in ``scales``)."""
+    from labkit.train.torch.clinic.amp import ff_run  # the clinic's block: ff(x) reaches ~80,000
 
-    from labkit.train.torch.clinic.amp import FFBlock  # the clinic's block: ff(x) reaches ~80,000
-
-    scaler_options = ({"init_scale": 2.0**24}, {"init_scale": 1.0}, {"growth_interval": 1}, {})
-
-    def run(option: int) -> dict:
-        model = FFBlock(ff_in_fp32=option == 3)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        scaler = torch.amp.GradScaler("cpu", **scaler_options[option])
-        x = 16.0 + torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
-        out = {"applied": 0, "finite_losses": 0, "amax": 0.0, "scales": []}
-        for _ in range(T5_STEPS):
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = F.mse_loss(model(x).float(), torch.zeros(8, 1))
-            before = [p.detach().clone() for p in model.parameters()]
-            out["scales"].append(scaler.get_scale())
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-            out["applied"] += any(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
-            out["finite_losses"] += bool(torch.isfinite(loss))
-            out["amax"] = max(out["amax"], model.amax)
-        return out
-
-    return tuple(run(i) for i in range(len(T5_FIXES)))
+    return tuple(ff_run(steps=T5_STEPS, **settings) for _, settings in T5_FIXES)
 
 
 def _t5_fix_key() -> int:
     """The option (from 1) under which every step is applied."""
-    good = [i + 1 for i, o in enumerate(t5_fix_outcomes()) if o["applied"] == T5_STEPS]
-    if len(good) != 1:  # pragma: no cover - torch changed
-        raise AssertionError(f"expected exactly one working fix, torch gave {good}")
-    return good[0]
+    return _only_working(t5_fix_outcomes(), lambda o: o.steps_applied == T5_STEPS)
 
 
 def _t5_hints() -> tuple[Hint, ...]:
@@ -174,8 +136,8 @@ def _t5_hints() -> tuple[Hint, ...]:
 
     def tried(a: int) -> str:
         o = t5_fix_outcomes()[a - 1]
-        return (f"Tried on a real GradScaler, option {a} applies {o['applied']} of {T5_STEPS} steps, and the loss is "
-                f"finite at {o['finite_losses']} of them. ")
+        return (f"Tried on a real GradScaler, option {a} applies {o.steps_applied} of {T5_STEPS} steps, and the loss "
+                f"is finite at {o.finite_losses} of them. ")
 
     return (
         Hint(lambda a, k: not valid(a), "Answer with the number of one of the options the question lists, from 1."),
@@ -198,7 +160,7 @@ register(Exercise(
     "t5_overflow_fix", ("11",),
     f"Under fp16 autocast a T5 feed-forward output reaches about {T5_ACTIVATION:,.0f}: the loss is nan from the "
     "first step and GradScaler skips every step. Which change lets it train, still under fp16 autocast? "
-    + " ".join(f"({i}) {text};" for i, text in enumerate(T5_FIXES, 1))[:-1]
+    + " ".join(f"({i}) {text};" for i, (text, _) in enumerate(T5_FIXES, 1))[:-1]
     + ". Answer with the option's number.",
     "integer", _t5_fix_key, hints=_t5_hints(),
     otherwise="Not that one: where does the inf appear -- before or after the loss scale is applied?",

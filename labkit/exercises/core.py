@@ -43,7 +43,28 @@ PRECISION_ANSWERS = ("fp32", "fp16", "fp16 + loss scaling", "bf16", "fp8")
 _PRECISION_ALIASES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "half": "fp16", "float8": "fp8"}
 DTYPE_ANSWERS = ("fp32", "bf16", "fp16")
 """The answers of a "dtype" exercise (a tensor's dtype), in the course's short names."""
-_DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+"""The libraries' names of the `DTYPE_ANSWERS` (numpy's, torch's, JAX's, Keras'), as a "dtype" answer takes
+them; an exercise's key turns a library's dtype name into the course's with it too."""
+_DTYPE_PREFIX = re.compile(r"^(torch|jnp|np|numpy|tf|jax\.numpy|ml_dtypes)\.")
+_DTYPE_OBJECT = re.compile(r"^(?:<dtype: '([\w.]+)'>|<class '([\w.]+)'>|([\w.]+))$")
+
+
+def _dtype_text(answer) -> str | None:
+    """The name a "dtype" answer writes: a string as it is, a numpy dtype's name, and any other object by its
+    ``str()`` where that reads as a dtype's name -- ``torch.bfloat16`` (a tensor's ``.dtype``), TensorFlow's
+    ``<dtype: 'float16'>``, ``jnp.float32`` (``<class 'jax.numpy.float32'>``): no framework is imported."""
+    if isinstance(answer, str):
+        return answer
+    if isinstance(answer, np.dtype):
+        return answer.name
+    if isinstance(answer, (bool, np.bool_, numbers.Number, bytes)):
+        return None
+    try:
+        found = _DTYPE_OBJECT.match(str(answer))
+    except Exception:  # noqa: BLE001 -- an object that cannot print is no dtype
+        return None
+    return next((g for g in found.groups() if g), None) if found else None
 
 AMP_CALLS = {
     "scaler.scale(loss).backward()": ("backward", "scale_backward", "scaler.scale(loss).backward"),
@@ -90,12 +111,12 @@ def parse_answer(ex_id: str, kind: str, answer):
             raise ValueError(f"answer to {ex_id!r} must be one of {', '.join(map(repr, PRECISION_ANSWERS))}; "
                              f"got {shown(answer)}")
         return text
-    if kind == "dtype":  # "fp16", "float16", "torch.float16", "jnp.float16", a numpy dtype (its name)
-        name = answer.name if isinstance(answer, np.dtype) else answer
-        if not isinstance(name, str):
+    if kind == "dtype":  # "fp16", "float16", "torch.float16", "jnp.float16", a dtype object (p.grad.dtype)
+        name = _dtype_text(answer)
+        if name is None:
             raise _kind_error(ex_id, kind, answer)
-        text = re.sub(r"^(torch|jnp|np|numpy|tf|jax\.numpy|ml_dtypes)\.", "", name.strip().lower())
-        text = _DTYPE_ALIASES.get(text, text)
+        text = _DTYPE_PREFIX.sub("", name.strip().lower())
+        text = DTYPE_ALIASES.get(text, text)
         if text not in DTYPE_ANSWERS:
             raise ValueError(f"answer to {ex_id!r} must be {KINDS[kind]}; got {shown(answer)}")
         return text
@@ -309,9 +330,10 @@ def show(exercise_id: str) -> Exercise:
     return get(exercise_id)
 
 
-def _short(question: str, width: int = 72) -> str:
+def _short(question: str) -> str:
+    """The question's first sentence, at most 72 characters (the `exercises` table's column)."""
     first = re.split(r"(?<=[.?!])\s", question, maxsplit=1)[0]
-    return first if len(first) <= width else first[:width - 3] + "..."
+    return first if len(first) <= 72 else first[:69] + "..."
 
 
 def exercises(notebook: str | None = None):
@@ -336,5 +358,5 @@ def exercises(notebook: str | None = None):
     return Table(("id", "notebook", "answer", "question"), tuple(rows), title)
 
 
-__all__ = ["AMP_CALLS", "DTYPE_ANSWERS", "EXERCISES", "KINDS", "PRECISION_ANSWERS", "Exercise", "Feedback", "Hint",
-           "check", "exercises", "get", "register", "show"]
+__all__ = ["AMP_CALLS", "DTYPE_ALIASES", "DTYPE_ANSWERS", "EXERCISES", "KINDS", "PRECISION_ANSWERS", "Exercise",
+           "Feedback", "Hint", "check", "exercises", "get", "register", "show"]

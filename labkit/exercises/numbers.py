@@ -16,6 +16,7 @@ import numpy as np
 
 from labkit import formats as lf
 from labkit._validate import integer
+from labkit.exercises._common import final_scale, is_pow2
 from labkit.exercises.core import Exercise, Hint, register
 
 _bf16, _fp16, _fp32, _e4m3 = (lf.get(n) for n in ("bf16", "fp16", "fp32", "fp8_e4m3"))
@@ -161,17 +162,13 @@ def _scale_key():
     return r.lo_normal, r.hi, r.min_abs, r.max_abs
 
 
-def _pow2(a) -> bool:
-    return a > 0 and math.isfinite(a) and math.frexp(a)[0] == 0.5
-
-
 register(Exercise(
     "loss_scale_for_sample", ("03",),
     "gradient_sample() holds one step's gradients. Pick a static loss scale S (a power of two) with which, "
     "in fp16, no gradient overflows and even the smallest |g| of the sample is a normal number (>= 2^-14).",
-    "number", _scale_key, accepts=lambda a, k: _pow2(a) and k[0] <= a <= k[1],
+    "number", _scale_key, accepts=lambda a, k: is_pow2(a) and k[0] <= a <= k[1],
     hints=(
-        Hint(lambda a, k: not _pow2(a),
+        Hint(lambda a, k: not is_pow2(a),
              "Use a power of two: multiplying and dividing by 2^k changes only the exponent, so scaling and "
              "unscaling are exact (and S must be > 0)."),
         Hint(lambda a, k: a * k[3] > _fp16.max,
@@ -187,18 +184,11 @@ register(Exercise(
     why="In range: max|g| x S stays below 65504 and min|g| x S is normal."))
 
 
-def _torch_final_scale() -> float:
-    from labkit.scaling import simulate
-
-    return float(simulate("torch", overflows=[True, True] + [False] * 2000,
-                          init_scale=2**16, growth_interval=2000).final_scale)
-
-
 register(Exercise(
     "gradscaler_after_2_overflows", ("03", "04"),
     "torch.amp.GradScaler starts at 2^16 (growth_interval=2000). Steps 0 and 1 overflow, then 2000 steps are "
     "clean. What is the scale after the last of them? (labkit.scaling.simulate('torch', ...) replays it.)",
-    "number", _torch_final_scale,
+    "number", lambda: final_scale("torch", 2, 2000, init_scale=2**16, growth_interval=2000),
     hints=(
         Hint(lambda a, key: a == 2.0**16, "Each overflow halves the scale (backoff_factor=0.5) and skips the step."),
         Hint(lambda a, key: a == 2.0**14,

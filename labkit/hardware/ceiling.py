@@ -65,11 +65,22 @@ class Ceiling:
         if not isinstance(self.why, str):
             raise TypeError(f"why must be a string, got {type(self.why).__name__} {_validate.shown(self.why)}")
 
+    @property
+    def limit(self) -> float:
+        """The largest speed-up a sound timing can show here: `CEILING_SLACK` times the ceiling
+        (``times``). Past it is noise (`exceeded_by`): every text that names the bound prints this.
+
+        >>> Ceiling(2.0, "AVX512-BF16").limit
+        4.0
+        """
+        return CEILING_SLACK * self.times
+
     def exceeded_by(self, ratio) -> bool:
-        """Whether a measured speed-up (fp32's time / the 16-bit time) is more than
-        `CEILING_SLACK` times the ceiling: more than any hardware or slow baseline explains."""
+        """Whether a measured speed-up (fp32's time / the 16-bit time) is past `limit`
+        (`CEILING_SLACK` times the ceiling): more than any hardware or slow baseline explains, so
+        a timing was disturbed -- the one rule behind every "noise" a table or a check prints."""
         ratio = _validate.number("ratio (fp32's time / the 16-bit time)", ratio, minimum=0, inclusive=False)
-        return ratio > CEILING_SLACK * self.times
+        return ratio > self.limit
 
     def __str__(self) -> str:
         return f"{self.times:g}x ({self.why})"
@@ -80,11 +91,11 @@ def speedup_ceiling(framework: str, precision: str, report: HardwareReport | Non
     `report`'s): 1x where it is emulated (`native_precision`), else the ratio of the 16-bit units'
     rate to fp32's (the module docstring lists them). fp32 is 1x; tf32 is 8x on GPUs with TF32
     Tensor Cores (A100: 156 against 19.5 TFLOP/s), 1x elsewhere, where it runs as fp32."""
-    native = native_precision(framework, precision, report)  # checks framework, precision and report
-    if report is None:
+    if report is None:  # detected once, here, and handed to native_precision
         from labkit.hardware.detect import detect
 
         report = detect(frameworks=())
+    native = native_precision(framework, precision, report)  # checks framework, precision and report
     fmt = precision.removesuffix("-pure")
     if fmt == "fp32":
         return Ceiling(1.0, "fp32 against itself")
@@ -100,7 +111,11 @@ def speedup_ceiling(framework: str, precision: str, report: HardwareReport | Non
     if gpus:
         if any(fmt in g.tensor_core_dtypes for g in gpus):
             return Ceiling(16.0, f"{fmt} matrix units: up to 16x fp32's dense rate (A100: 312 bf16 TFLOP/s against 19.5)")
-        return Ceiling(2.0, "fp16 at twice fp32's rate (no Tensor Cores)")
+        rate = max(g.fp16_rate or 0 for g in gpus)  # P100: 2.0 (`GPUInfo.fp16_rate`)
+        if fmt == "fp16" and rate > 1:
+            return Ceiling(rate, "fp16 at twice fp32's rate (no Tensor Cores)" if rate == 2 else
+                           f"fp16 at {rate:g}x fp32's rate (no Tensor Cores)")
+        return Ceiling(1.0, native.why)  # native by a rule this table does not know: claim no gain
     for flag, times, why in _CPU[fmt]:
         if report.cpu.usable(flag):
             return Ceiling(times, why)

@@ -131,14 +131,13 @@ def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64,
 
     from labkit.memory.shapes import N_CLASSES, N_PIXELS
     from labkit.train.data import arrays  # numpy-only: the data every runner trains on
+    from labkit.train.torch.threads import one_thread  # torch's room: imported with torch, here only
 
     x, y = arrays("digits")  # all 1797 images in sklearn's order (train.data.load permutes and splits them)
     x_all, y_all = torch.from_numpy(x), torch.from_numpy(y.astype(np.int64))
     rng = np.random.default_rng(seed)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         torch.manual_seed(seed)
         fc1, fc2 = torch.nn.Linear(N_PIXELS, hidden), torch.nn.Linear(hidden, hidden)
         fc3 = torch.nn.Linear(hidden, N_CLASSES)
@@ -170,8 +169,6 @@ def record_gradients(steps: int = 80, *, batch_size: int = 32, hidden: int = 64,
                 for k, a in arrays.items():
                     pooled.setdefault(k, []).append(a.copy())
             opt.step()
-    finally:
-        torch.set_num_threads(threads)
 
     return GradientRecord(
         layers={k: np.concatenate(v) for k, v in pooled.items()},

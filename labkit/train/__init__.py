@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-from labkit._validate import choice, shown
+from labkit._validate import choice
 from labkit.train import data, models, report
 from labkit.train.config import DATASETS, FRAMEWORKS, MODELS, PRECISIONS, TORCH_OPTIMIZERS, TORCH_PRECISIONS, RunConfig
 from labkit.train.lessons import GradientError, gradient_error, gradient_error_table, moved_fraction
@@ -56,25 +56,7 @@ def run_in_turns(configs) -> list[RunResult]:
     >>> fast, slow = run_in_turns([RunConfig("torch", p, steps=20, progress=False)     # doctest: +SKIP
     ...                            for p in ("fp32", "bf16")])
     """
-    if isinstance(configs, RunConfig) or not isinstance(configs, (list, tuple)):
-        raise TypeError("configs must be a list of RunConfigs, e.g. [RunConfig('torch', p) for p in ('fp32', "
-                        f"'bf16')]; got {type(configs).__name__} {shown(configs)}")
-    if not configs:
-        raise ValueError("configs must hold at least one RunConfig")
-    for i, c in enumerate(configs):
-        if not isinstance(c, RunConfig):
-            raise TypeError(f"configs must hold RunConfigs; configs[{i}] is {type(c).__name__} {shown(c)}")
-        if c.devices > 1:
-            raise ValueError(f"configs[{i}] asks for devices={c.devices}: runs in turns take one device each "
-                             "(run a multi-device config with run())")
-    outs = [str(log_path(c.out)) for c in configs if c.out is not None]
-    shared = sorted({o for o in outs if outs.count(o) > 1})
-    if shared:
-        raise ValueError(f"configs write to the same out file ({', '.join(shared)}): give each run its own out, "
-                         "or None")
-    for c in configs:
-        runner(c.framework)  # an ImportError naming the extra, before any model is built
-    return train_in_turns(list(configs), _make_stepper)
+    return train_in_turns(configs, _make_stepper)
 
 
 def runner(framework: str):

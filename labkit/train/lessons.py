@@ -138,9 +138,10 @@ def gradient_error_table(results: dict, names=None, detail: bool = False) -> Tab
 @dataclass(frozen=True)
 class NanHunt:
     """One planted NaN and what the framework's NaN check said about it (`labkit.train.jax.find_nan`,
-    `labkit.train.tf.find_nan`)."""
+    `labkit.train.tf.find_nan`). `framework` is the library's name ("jax", "tensorflow"), `version` the
+    version that said it (kept out of ``str()``, like the full message)."""
 
-    framework: str
+    framework: str  # the library's name alone
     flag: str  # the switch that was turned on
     planted: str  # the expression that makes the NaN
     exception: str  # the type of the error raised
@@ -149,26 +150,30 @@ class NanHunt:
     op: str  # the op (TensorFlow) or primitive (JAX) named there
     notice: str  # what the library printed besides the error ("" if nothing)
     after_restore: str  # what the same compiled function does once the flag is off again
+    version: str = ""  # the library's version ("" if not known)
 
     def __post_init__(self):
         for name in ("framework", "flag", "planted", "exception", "message", "headline", "op", "notice",
-                     "after_restore"):
+                     "after_restore", "version"):
             value = getattr(self, name)
             if not isinstance(value, str):
                 raise TypeError(f"{name} must be a string (text); got {type(value).__name__} {shown(value)}")
+        if len(self.framework.split()) > 1:
+            raise ValueError(f"framework must be the library's name alone, its version in version; got "
+                             f"{shown(self.framework)}")
 
     def __str__(self) -> str:
         """The parts that read the same on every machine with this library version: the headline, not the
         full message (TensorFlow's goes on with the stack that created the op, in this machine's paths),
-        the framework's name without its version, and each line of the notice once."""
+        the framework's name (not its version), and each line of the notice once."""
         notice = list(dict.fromkeys(line.strip() for line in self.notice.splitlines() if line.strip()))
         rows = [("planted", self.planted), *(("printed", line) for line in notice),
                 ("raised", f"{self.exception}: {self.headline}")]
         if self.message.strip() != self.headline.strip():
             rows.append(("", "(the full text, with its stack trace, is .message)"))
         rows += [("op", self.op or "(not named)"), ("flag off", f"the same compiled function {self.after_restore}")]
-        name = self.framework.split(" ")[0] if self.framework.strip() else "?"
-        return "\n".join([f"NaN hunt in {name}: {self.flag}"] + [f"{label:<10}{text}" for label, text in rows])
+        head = f"NaN hunt in {self.framework.strip() or '?'}: {self.flag}"
+        return "\n".join([head] + [f"{label:<10}{text}" for label, text in rows])
 
     __repr__ = __str__
 

@@ -26,10 +26,11 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from labkit._validate import shown
 from labkit.memory import MemoryReport
 from labkit.train.config import RunConfig
 from labkit.train.data import Dataset, batches, load
-from labkit.train.result import LogWriteFailed, Recorder, RunResult
+from labkit.train.result import LogWriteFailed, Recorder, RunResult, log_path
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,27 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
         live.close()
 
 
+def _check_configs(configs) -> None:
+    """What `train_in_turns` refuses before it builds anything: not a non-empty list of RunConfigs, a
+    multi-device config, or two runs writing one log file."""
+    if isinstance(configs, RunConfig) or not isinstance(configs, (list, tuple)):
+        raise TypeError("configs must be a list of RunConfigs, e.g. [RunConfig('torch', p) for p in ('fp32', "
+                        f"'bf16')]; got {type(configs).__name__} {shown(configs)}")
+    if not configs:
+        raise ValueError("configs must hold at least one RunConfig")
+    for i, c in enumerate(configs):
+        if not isinstance(c, RunConfig):
+            raise TypeError(f"configs must hold RunConfigs; configs[{i}] is {type(c).__name__} {shown(c)}")
+        if c.devices > 1:
+            raise ValueError(f"configs[{i}] asks for devices={c.devices}: runs in turns take one device each "
+                             "(run a multi-device config with run())")
+    outs = [str(log_path(c.out)) for c in configs if c.out is not None]
+    shared = sorted({o for o in outs if outs.count(o) > 1})
+    if shared:
+        raise ValueError(f"configs write to the same out file ({', '.join(shared)}): give each run its own out, "
+                         "or None")
+
+
 def train_in_turns(configs, make_stepper: Callable[[RunConfig, Dataset], Stepper]) -> list[RunResult]:
     """The loop above for several runs at once, one step of each in turn, so that their step times
     are measured side by side (`labkit.train.run_in_turns` says why)::
@@ -109,13 +131,7 @@ def train_in_turns(configs, make_stepper: Callable[[RunConfig, Dataset], Stepper
     on. If one fails, it ends "failed", the others "interrupted", and `RunFailed` holds the failed
     one's result; an interrupt ends every unfinished run "interrupted" and returns them all.
     """
-    if isinstance(configs, RunConfig) or not isinstance(configs, (list, tuple)):
-        raise TypeError(f"configs must be a list of RunConfigs; got {type(configs).__name__}")
-    if not configs:
-        raise ValueError("configs must hold at least one RunConfig")
-    for c in configs:
-        if not isinstance(c, RunConfig):
-            raise TypeError(f"configs must hold RunConfigs; got {type(c).__name__}")
+    _check_configs(configs)
     lives: list[_Live] = []
     try:
         for c in configs:

@@ -22,7 +22,7 @@ from labkit._validate import choice, integer, shown
 from labkit.memory import MemoryReport, param_count
 from labkit.table import Table
 from labkit.train.config import TORCH_PRECISIONS
-from labkit.train.result import RunResult
+from labkit.train.result import STEP_TIMES, RunResult
 
 
 def _kib(n) -> str:
@@ -63,17 +63,6 @@ def _labels(labels, results) -> list:
     return labels
 
 
-STEP_TIMES = ("median", "best")
-"""What `run_table` and `plot_runs` read from each run's step times (the first step, compilation and
-warm-up, left out): ``"median"``, or ``"best"``, the fastest step -- the one least disturbed by other
-work on the machine, which is what to compare speeds by (runs timed side by side by
-`labkit.train.run_in_turns`)."""
-
-
-def _step_time(r, step_time: str) -> float:
-    return r.best_step_time() if step_time == "best" else r.median_step_time()
-
-
 def _emulated(results) -> str:
     """The title a speed table needs when it holds fp8 / MX runs emulated on a CPU ("" when none does)."""
     names = []
@@ -107,7 +96,7 @@ def run_table(results, labels=None, step_time: str = "median") -> Table:
     step_time = choice("step_time", step_time, STEP_TIMES)
     rows = []
     for label, r in zip(labels, results):
-        t = _step_time(r, step_time)
+        t = r.step_time(step_time)
         ok = t > 0 and math.isfinite(t)
         rows.append((
             label, r.status, f"{r.final_loss:.4f}", f"{r.metric['value']:.3f}" if r.metric else "-",
@@ -170,7 +159,7 @@ def plot_runs(results, labels=None, title: str = "", smooth: int = 1, dpi: int =
                           f"lr {'/'.join(sorted({f'{r.config.lr:g}' for r in results}))}")
     ax.legend(frameon=False, fontsize=8)
     ax.grid(alpha=0.3)
-    times = [1e3 * _step_time(r, step_time) for r in results]
+    times = [1e3 * r.step_time(step_time) for r in results]
     bx.barh(labels, [t if math.isfinite(t) else 0 for t in times], color=[f"C{i}" for i in range(len(results))])
     bx.invert_yaxis()
     bx.set(xlabel=f"{step_time} step time (ms)",

@@ -29,6 +29,12 @@ from labkit.train.config import RunConfig
 
 STATUSES = ("ok", "diverged", "interrupted", "failed")
 
+STEP_TIMES = ("median", "best")
+"""What `RunResult.step_time` reads from a run's step times (the first step, compilation and
+warm-up, left out): ``"median"``, or ``"best"``, the fastest step -- the one least disturbed by other
+work on the machine, which is what to compare speeds by (runs timed side by side by
+`labkit.train.run_in_turns`). `labkit.train.report.run_table` and `labkit.claims.run_records` take the same names."""
+
 
 @dataclass
 class RunResult:
@@ -92,6 +98,16 @@ class RunResult:
         skip_first = integer("skip_first", skip_first, minimum=0)
         times = self.step_times[skip_first:] or self.step_times
         return min(times) if times else math.nan
+
+    def step_time(self, kind: str = "median", skip_first: int = 1) -> float:
+        """The run's step time of `kind` (`STEP_TIMES`): `median_step_time` or `best_step_time`.
+
+        >>> r = RunResult(RunConfig("torch"), step_times=[0.5, 0.03, 0.01, 0.02])
+        >>> r.step_time(), r.step_time("best")
+        (0.02, 0.01)
+        """
+        kind = choice("kind", kind, STEP_TIMES)
+        return self.best_step_time(skip_first) if kind == "best" else self.median_step_time(skip_first)
 
     def summary(self) -> str:
         cfg = self.config

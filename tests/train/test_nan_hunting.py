@@ -11,6 +11,7 @@ def test_jax_debug_nans_names_the_primitive_that_made_the_nan_and_is_restored(pl
     before = jax.config.jax_debug_nans
     hunt = nans.find_nan(planted)
     assert jax.config.jax_debug_nans == before
+    assert (hunt.framework, hunt.version) == ("jax", jax.__version__)
     assert hunt.exception == "FloatingPointError"
     assert "invalid value (nan) encountered in" in hunt.message
     assert hunt.op == op
@@ -25,6 +26,7 @@ def test_tf_check_numerics_names_the_op_and_its_traced_function_keeps_checking(p
     from labkit.train.tf.models import tf
 
     hunt = nans.find_nan(planted)
+    assert (hunt.framework, hunt.version) == ("tensorflow", tf.__version__)
     assert hunt.exception == "InvalidArgumentError"
     assert "Detected Infinity or NaN in output 0 of graph op" in hunt.headline
     assert hunt.op == op
@@ -52,9 +54,9 @@ def test_find_nan_refuses_an_unknown_plant():
 def test_a_nan_hunt_prints_the_parts_every_machine_shares():
     from labkit.train.lessons import NanHunt
 
-    hunt = NanHunt("tensorflow 2.21.0", "tf.debugging.enable_check_numerics()", "tf.math.log(x)",
+    hunt = NanHunt("tensorflow", "tf.debugging.enable_check_numerics()", "tf.math.log(x)",
                    "InvalidArgumentError", 'Graph execution error:\n!!! op "Log" !!!\n  + /home/me/x.py (L3) f',
-                   '!!! op "Log" !!!', "Log", "notice\nnotice", "raises InvalidArgumentError")
+                   '!!! op "Log" !!!', "Log", "notice\nnotice", "raises InvalidArgumentError", version="2.21.0")
     text = str(hunt)
     assert text.splitlines()[0] == "NaN hunt in tensorflow: tf.debugging.enable_check_numerics()"
     assert "raised    InvalidArgumentError: !!! op \"Log\" !!!" in text and "op        Log" in text
@@ -63,6 +65,10 @@ def test_a_nan_hunt_prints_the_parts_every_machine_shares():
     assert "flag off  the same compiled function raises InvalidArgumentError" in text and repr(hunt) == text
     with pytest.raises(TypeError, match="op must be a string"):
         NanHunt("jax", "f", "p", "E", "m", "h", None, "", "returns nan")
+    with pytest.raises(ValueError, match="its version in version"):  # one field each: the name, the version
+        NanHunt("jax 0.10.2", "f", "p", "E", "m", "h", "log", "", "returns nan")
+    assert hunt.version == "2.21.0"
+    assert str(NanHunt("", "f", "p", "E", "m", "m", "", "", "x")).startswith("NaN hunt in ?")
 
 
 def test_tf_find_nan_writes_nothing_besides_its_result(capfd, caplog):

@@ -92,3 +92,14 @@ def test_loss_gap_is_the_largest_step_by_step_difference():
         loss_gap(a, by_hand("bf16", [2.3]))
     with pytest.raises(TypeError, match="two RunResults"):
         loss_gap(a, [2.3, 1.0, 0.05])
+
+
+def test_a_run_gives_its_median_or_best_step_time_by_name_for_the_tables_and_the_claims():
+    r = RunResult(RunConfig("torch", steps=4), losses=[2.0] * 4, step_times=[9.0, 0.003, 0.001, 0.002], status="ok")
+    assert (r.step_time(), r.step_time("median"), r.step_time("best")) == (0.002, 0.002, 0.001)
+    assert r.step_time("best", skip_first=0) == 0.001 and r.step_time(skip_first=0) == 0.0025
+    with pytest.raises(ValueError, match="unknown kind 'mean'; choose one of 'median', 'best'"):
+        r.step_time("mean")
+    assert run_table([r], step_time="best").column("best step ms") == ["1.00"]
+    with pytest.raises(ValueError, match="unknown step_time 'mean'"):
+        run_table([r], step_time="mean")

@@ -65,7 +65,7 @@ def find_nan(planted: str = "log") -> NanHunt:
     message = str(err)
     headline = next((line for line in message.splitlines() if "encountered in" in line), message)
     found = re.search(r"encountered in (\w+)", headline)
-    return NanHunt(framework="jax " + jax.__version__, flag='jax.config.update("jax_debug_nans", True)',
+    return NanHunt(framework="jax", version=jax.__version__, flag='jax.config.update("jax_debug_nans", True)',
                    planted=PLANTS[planted], exception=type(err).__name__, message=message, headline=headline.strip(),
                    op=found.group(1) if found else "", notice=printed.getvalue().strip(), after_restore=after)
 

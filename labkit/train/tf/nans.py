@@ -15,13 +15,12 @@ shows it.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import re
 
 from labkit._validate import choice
 from labkit.hardware.detect import quiet_native_logs
 from labkit.train.lessons import NanHunt
+from labkit.train.logs import logger_level
 from labkit.train.tf.models import tf
 
 PLANTS = {"log": "tf.math.log(x) with x = -1.0, inside a tf.function",
@@ -41,19 +40,6 @@ def _call(fn, x):
         return f"raises {type(err).__name__}", err
 
 
-@contextlib.contextmanager
-def _quiet_info():
-    """TensorFlow logs "Enabled/Disabled check-numerics callback in thread MainThread" at INFO (seen where
-    the process logs INFO, as a notebook kernel may): its logger stays at WARNING for the switch."""
-    logger = tf.get_logger()
-    level = logger.level
-    logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def find_nan(planted: str = "log") -> NanHunt:
     """Plant the NaN `planted` (a key of `PLANTS`) in a ``tf.function``, find it with
     ``tf.debugging.enable_check_numerics()`` and return what TensorFlow said; check-numerics is
@@ -70,7 +56,9 @@ def find_nan(planted: str = "log") -> NanHunt:
         return y * 2.0 + 1.0
 
     x = tf.constant(-1.0)
-    with _quiet_info():
+    # TensorFlow logs "Enabled/Disabled check-numerics callback in thread MainThread" at INFO (seen where the
+    # process logs INFO, as a notebook kernel may): its logger stays at WARNING for the switch
+    with logger_level(tf.get_logger(), "WARNING"):
         tf.debugging.enable_check_numerics()
         try:
             _, err = _call(f, x)
@@ -82,7 +70,7 @@ def find_nan(planted: str = "log") -> NanHunt:
     message = err.message
     headline = next((line for line in message.splitlines() if "Detected Infinity or NaN" in line), "")
     found = re.search(r'graph op "([^"]+)"', headline) or re.search(r'op "([^"]+)"', message)
-    return NanHunt(framework="tensorflow " + tf.__version__, flag="tf.debugging.enable_check_numerics()",
+    return NanHunt(framework="tensorflow", version=tf.__version__, flag="tf.debugging.enable_check_numerics()",
                    planted=PLANTS[planted], exception=type(err).__name__, message=message, headline=headline.strip(),
                    op=found.group(1) if found else "", notice="", after_restore=after)
 

@@ -14,7 +14,7 @@
   bitsandbytes (`optimizers.make`, `optimizers.state_tensors`);
 * `trace`: the tensors each Linear of the digits MLP really sees while it trains (`trace.capture`,
   `TensorTrace`), for `labkit.scaling.recipes` (notebook 09); `quiet`: torchao's and bitsandbytes'
-  import without their noise;
+  import without their noise; `threads`: `one_thread`, the small runs' one thread;
 * `fp8`: the fp8 and MX precisions through torchao (`convert`, the `ScaleRecorder` whose scales land
   in ``RunResult.extra["fp8"]``, `plot_fp8_scales`, `fp8_scale_table`);
 * `distributed`: ``RunConfig(devices >= 2)`` under ``torchrun`` and its tables

@@ -14,8 +14,9 @@ it concerns a learner, and pytest (warnings as errors) would fail on the notice.
 from __future__ import annotations
 
 import contextlib
-import logging
 import warnings
+
+from labkit.train.logs import logger_level
 
 NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes")
 """The loggers raised to ERROR while the libraries import."""
@@ -24,21 +25,14 @@ NOISY_LOGGERS = ("torchao", "torch.utils._pytree", "bitsandbytes")
 @contextlib.contextmanager
 def quiet_import():
     """A block in which torchao, torch-optimi and bitsandbytes import quietly: their loggers are
-    raised to ERROR, DeprecationWarnings are ignored, and what native code writes to descriptor 2
-    is dropped (`labkit.hardware.detect.quiet_native_logs`); all three are restored on the way out."""
+    raised to ERROR (`labkit.train.logs.logger_level`), DeprecationWarnings are ignored, and what
+    native code writes to descriptor 2 is dropped (`labkit.hardware.detect.quiet_native_logs`); all
+    three are restored on the way out."""
     from labkit.hardware.detect import quiet_native_logs
 
-    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), quiet_native_logs(log_level=None):
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+    with logger_level(NOISY_LOGGERS, "ERROR"), warnings.catch_warnings(), quiet_native_logs(log_level=None):
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
 
 
 __all__ = ["NOISY_LOGGERS", "quiet_import"]

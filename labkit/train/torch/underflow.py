@@ -68,6 +68,7 @@ from labkit.table import Table
 from labkit.train.data import batches, load
 from labkit.train.models import N_CLASSES, N_PIXELS
 from labkit.train.torch.stepper import matmul_precision
+from labkit.train.torch.threads import one_thread
 
 RUNS = {"fp32": "fp32", "fp16": "fp16 autocast, no scaler", "fp16-scaler": "fp16 autocast + GradScaler",
         "bf16": "bf16 autocast, no scaler"}
@@ -210,14 +211,9 @@ def underflow_runs(steps: int = 60, *, depth: int = 16, width: int = 64, batch_s
     lr = number("lr", lr, minimum=0, maximum=1, inclusive=False)
     seed = integer("seed", seed, minimum=0, maximum=2**32 - 1)
     data = load("digits", seed=seed)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # matmuls this small gain nothing from threads, and lose much on busy cores
-    try:
-        with matmul_precision("highest"):
-            runs = {name: _train(name, deep_mlp(depth, width, seed), data, steps, batch_size, lr, seed)
-                    for name in RUNS}
-    finally:
-        torch.set_num_threads(threads)
+    # matmuls this small gain nothing from threads, and lose much on busy cores
+    with one_thread(), matmul_precision("highest"):
+        runs = {name: _train(name, deep_mlp(depth, width, seed), data, steps, batch_size, lr, seed) for name in RUNS}
     return UnderflowRuns(runs, steps, depth, width, batch_size, lr, seed)
 
 

@@ -12,11 +12,12 @@ DeepSpeed's entry replays its scaler with `labkit.scaling`, which raises DeepSpe
   ``unscale_`` twice, the scheduler warning after a skipped step, GradScaler with bf16;
 * `dtypes`: what autocast casts and what it leaves alone, q/k/v of two dtypes, RoPE positions in
   bf16, gradients accumulated in bf16;
-* `debug`: DeepSpeed's "Current loss scale already at minimum", NaN hunting with anomaly mode, and
-  mixed precision slower than fp32 on a CPU (`autocast_speed`, with its verdict).
+* `debug`: DeepSpeed's "Current loss scale already at minimum", NaN hunting with anomaly mode;
+* `speed`: mixed precision slower than fp32 on a CPU (`autocast_speed`, with its verdict).
 
 JAX's and TensorFlow's own errors live in their rooms. Everything runs on the CPU, on one thread
-(`case.one_thread`: the tensors are tiny, and threads only wait for cores on a busy machine).
+(`labkit.train.torch.threads.one_thread`: the tensors are tiny, and threads only wait for cores on a busy
+machine).
 
 >>> print(case("fp16-params").run().message)
 ValueError: Attempting to unscale FP16 gradients.
@@ -28,11 +29,11 @@ from __future__ import annotations
 
 from labkit._validate import choice
 from labkit.table import Table
-from labkit.train.torch.clinic import amp, debug, dtypes
+from labkit.train.torch.clinic import amp, debug, dtypes, speed
 from labkit.train.torch.clinic.case import NO_ERROR, Case, Entry
-from labkit.train.torch.clinic.debug import AutocastSpeed, autocast_speed
+from labkit.train.torch.clinic.speed import AutocastSpeed, autocast_speed
 
-ENTRIES: tuple[Entry, ...] = amp.ENTRIES + dtypes.ENTRIES + debug.ENTRIES
+ENTRIES: tuple[Entry, ...] = amp.ENTRIES + dtypes.ENTRIES + debug.ENTRIES + speed.ENTRIES
 """Every entry, in the order `clinic()` lists them."""
 NAMES: tuple[str, ...] = tuple(e.name for e in ENTRIES)
 """The entries' names, for `case`."""

@@ -3,17 +3,23 @@
 Every case runs on the CPU (``torch.amp.GradScaler("cpu")``, fp16 autocast on the CPU), with tiny
 models built from private generators: the messages are the ones CUDA prints too, because they come
 from ``torch/amp/grad_scaler.py`` and ``torch/optim/lr_scheduler.py``, not from a device kernel.
+
+Two of the runs take settings, and notebook 11's exercises try their fixes with them: `ff_run` (the T5-like
+block whose activation passes fp16's max, with GradScaler's options) and `scaler_step` (one GradScaler step
+with fp32, fp16 or bf16 parameters). In both, a step is *applied* when it changed the weights.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.train.torch.clinic.case import Entry, dtype_name, linear, raised, warned
+from labkit._validate import choice, integer, number, shown
+from labkit.train.torch.clinic.case import NO_ERROR, Entry, dtype_name, linear, raised, warned
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 
@@ -42,66 +48,178 @@ class FFBlock(nn.Module):
         return self.head(F.layer_norm(x + h, (16,)))
 
 
-def _ff_run(mode: str, steps: int = 4) -> tuple[list[float], list[float], list[bool], list[float]]:
-    """(losses, largest |ff(x)| per step, applied per step, scales) of `steps` SGD steps: the scale each
-    step used, then the scale after the last step."""
+FF_MODES = ("fp16", "fp16, ff in fp32", "bf16")
+"""The ways `ff_run` trains the block: fp16 autocast, fp16 autocast with the feed-forward in fp32 (the fix),
+bf16 autocast (no GradScaler)."""
+
+
+@dataclass(frozen=True)
+class FFRun:
+    """`ff_run`'s record, one entry per step: the loss, the largest |ff(x)|, whether the step was `applied`
+    (it changed the weights: GradScaler skips a step whose gradients are not finite) and the loss scale the
+    step used; `final_scale` is the scale after the last step (1.0 where no GradScaler runs, in bf16)."""
+
+    mode: str
+    losses: tuple[float, ...]
+    amax: tuple[float, ...]
+    applied: tuple[bool, ...]
+    scales: tuple[float, ...]
+    final_scale: float
+
+    def __post_init__(self):
+        choice("mode", self.mode, FF_MODES)
+        fields = ("losses", "amax", "applied", "scales")
+        if not all(isinstance(getattr(self, f), tuple) for f in fields) or len(
+                {len(getattr(self, f)) for f in fields}) != 1 or not self.losses:
+            raise ValueError(f"losses, amax, applied and scales must be tuples with one entry per step, as ff_run "
+                             f"returns them; got {shown(self.losses)}, {shown(self.amax)}, {shown(self.applied)}, "
+                             f"{shown(self.scales)}")
+        object.__setattr__(self, "final_scale", number("final_scale", self.final_scale, minimum=0))
+
+    @property
+    def steps_applied(self) -> int:
+        return sum(self.applied)
+
+    @property
+    def finite_losses(self) -> int:
+        return sum(math.isfinite(v) for v in self.losses)
+
+    def __str__(self) -> str:
+        finite = ("finite" if self.finite_losses == len(self.losses)
+                  else "nan" if any(map(math.isnan, self.losses)) else "inf")
+        n = len(self.applied)
+        scale = (f", scale {self.scales[0]:g} at step 1, {self.scales[-1]:g} at step {n}, {self.final_scale:g} "
+                 "after it" if self.mode != "bf16" else " (no GradScaler)")
+        return (f"{self.mode}: max |ff(x)| {max(self.amax):.3g} (fp16's max is {FP16_MAX:g}), loss {finite} at every "
+                f"step; {self.steps_applied} of {n} steps applied{scale}")
+
+
+def ff_run(mode: str = "fp16", steps: int = 4, *, init_scale: float = 2.0**16, growth_interval: int = 2000) -> FFRun:
+    """`steps` SGD steps (lr 1e-3) of `FFBlock` on one batch, under CPU autocast in `mode` (one of `FF_MODES`),
+    with a ``torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)`` for the fp16
+    modes (GradScaler's defaults otherwise; none in bf16). The clinic's fp16-forward-overflow case prints
+    three of these runs, and notebook 11's T5 exercise tries its fixes with it.
+
+    >>> r = ff_run("fp16, ff in fp32", steps=1)
+    >>> r.steps_applied, r.finite_losses, r.scales
+    (1, 1, (65536.0,))
+    """
+    mode = choice("mode", mode, FF_MODES)
+    steps = integer("steps", steps, minimum=1, maximum=100)
+    init_scale = number("init_scale", init_scale, minimum=0, inclusive=False)
+    growth_interval = integer("growth_interval", growth_interval, minimum=1)
     model = FFBlock(ff_in_fp32=mode == "fp16, ff in fp32")
     dtype = torch.bfloat16 if mode == "bf16" else torch.float16
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu", enabled=dtype == torch.float16)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval,
+                                  enabled=dtype == torch.float16)
     x = 16.0 + torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
     losses, amax, applied, scales = [], [], [], []
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype):
             loss = F.mse_loss(model(x).float(), torch.zeros(8, 1))
-        before = scaler.get_scale()
+        before = [p.detach().clone() for p in model.parameters()]
+        scales.append(scaler.get_scale())
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
         losses.append(float(loss.detach()))
         amax.append(model.amax)
-        scales.append(before)
-        applied.append(scaler.get_scale() >= before)
-    return losses, amax, applied, scales + [scaler.get_scale()]
+        applied.append(_changed(before, model))
+    return FFRun(mode, tuple(losses), tuple(amax), tuple(applied), tuple(scales), scaler.get_scale())
 
 
-def _ff_text(mode: str) -> str:
-    losses, amax, applied, scales = _ff_run(mode)
-    finite = "finite" if all(math.isfinite(v) for v in losses) else "nan" if any(map(math.isnan, losses)) else "inf"
-    n = len(applied)
-    scale = (f", scale {scales[0]:g} at step 1, {scales[n - 1]:g} at step {n}, {scales[n]:g} after it"
-             if mode != "bf16" else " (no GradScaler)")
-    return (f"{mode}: max |ff(x)| {max(amax):.3g} (fp16's max is {FP16_MAX:g}), loss {finite} at every step; "
-            f"{sum(applied)} of {len(applied)} steps applied{scale}")
+def _changed(before: list[torch.Tensor], model: nn.Module) -> bool:
+    """Did the step apply: did any of the model's parameters change from `before`?"""
+    return any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))
 
 
 def _forward_overflow() -> str:
-    return _ff_text("fp16")
+    return str(ff_run("fp16"))
 
 
 def _forward_overflow_fix() -> str:
-    return "\n".join(_ff_text(m) for m in ("fp16, ff in fp32", "bf16"))
+    return "\n".join(str(ff_run(m)) for m in ("fp16, ff in fp32", "bf16"))
 
 
 # -- fp16 parameters under GradScaler ---------------------------------------------------------
-def _scaler_step(half: bool) -> str:
+PARAMS = ("fp32", "fp16", "bf16")
+"""The parameter dtypes `scaler_step` tries: fp32 (under fp16 autocast, the fix), fp16 (``model.half()``),
+bf16 (``model.to(torch.bfloat16)``)."""
+
+
+@dataclass(frozen=True)
+class ScalerStep:
+    """What one GradScaler step did (`scaler_step`): ``error`` (``"Type: text"`` of what torch raised, or None),
+    the dtypes of the parameters and of their gradients (None if backward never ran), whether the scaler was
+    enabled (``scaling``), whether the step was ``applied`` (it changed the weights) and the scale after it."""
+
+    error: str | None
+    params: str
+    grad_dtype: str | None
+    scaling: bool
+    applied: bool
+    scale: float
+
+    def __post_init__(self):
+        for name in ("error", "grad_dtype"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise TypeError(f"{name} must be None or a string; got {shown(getattr(self, name))}")
+        if not isinstance(self.params, str):
+            raise TypeError(f"params must be a dtype's name (a string); got {shown(self.params)}")
+        for name in ("scaling", "applied"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False; got {shown(getattr(self, name))}")
+        object.__setattr__(self, "scale", number("scale", self.scale, minimum=0))
+
+    def __str__(self) -> str:
+        if self.error is not None:
+            return self.error
+        return (f"step applied: {self.applied}; parameters {self.params}, gradients {self.grad_dtype}; "
+                f"scale {self.scale:g}")
+
+
+def scaler_step(params: str = "fp32", *, scaler: bool = True, unscale_first: bool = False) -> ScalerStep:
+    """One SGD step of a 4x4 linear layer through ``torch.amp.GradScaler("cpu", init_scale=2**10,
+    enabled=scaler)`` (the default 2**16 overflows this first step), its parameters in `params` (one of
+    `PARAMS`): fp32 parameters run the forward under fp16 autocast, 16-bit ones without autocast.
+    `unscale_first`: call ``scaler.unscale_(opt)`` by hand before ``scaler.step(opt)``. What torch raises
+    is recorded, not raised: fp16 parameters give ``ValueError: Attempting to unscale FP16 gradients.``
+
+    >>> print(scaler_step("fp32"))
+    step applied: True; parameters float32, gradients float32; scale 1024
+    >>> scaler_step("fp16").error
+    'ValueError: Attempting to unscale FP16 gradients.'
+    """
+    params = choice("params", params, PARAMS)
+    for name, flag in (("scaler", scaler), ("unscale_first", unscale_first)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False; got {type(flag).__name__} {shown(flag)}")
     gen = torch.Generator().manual_seed(0)
     model = linear(4, 4, gen)
     x = torch.randn(8, 4, generator=gen)
-    if half:
-        model, x = model.half(), x.half()
+    low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(params)
+    if low is not None:
+        model, x = model.to(low), x.to(low)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # the default 2**16 overflows this first step
-    before = model.weight.detach().clone()
-    with torch.autocast("cpu", dtype=torch.float16, enabled=not half):
-        loss = model(x).float().pow(2).mean()
-    scaler.scale(loss).backward()
-    scaler.step(opt)  # raises for fp16 parameters: their gradients are fp16
-    scaler.update()
-    return (f"step applied: {not torch.equal(before, model.weight.detach())}; parameters "
-            f"{dtype_name(model.weight.dtype)}, gradients {dtype_name(model.weight.grad.dtype)}; "
-            f"scale {scaler.get_scale():g}")
+    gs = torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=scaler)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.float16, enabled=low is None):
+            loss = model(x).float().pow(2).mean()
+        gs.scale(loss).backward()
+        if unscale_first:
+            gs.unscale_(opt)
+        gs.step(opt)  # raises for fp16 parameters: their gradients are fp16
+        gs.update()
+
+    error = raised(step)  # the step's outcome is whatever torch raised
+    grad = model.weight.grad
+    return ScalerStep(None if error == NO_ERROR else error, dtype_name(model.weight.dtype),
+                      None if grad is None else dtype_name(grad.dtype), gs.is_enabled(), _changed(before, model),
+                      gs.get_scale())
 
 
 # -- unscale_ twice: gradient accumulation written wrongly ----------------------------------------
@@ -233,7 +351,7 @@ ENTRIES = (
           "again -- the thing loss scaling exists to prevent -- so torch/amp/grad_scaler.py refuses fp16 "
           "gradients (allow_fp16=False in _unscale_grads_). Mixed precision means fp32 master weights: keep "
           "the model in fp32 and let autocast run the matmuls in fp16; the gradients then land in fp32.",
-          lambda: raised(lambda: _scaler_step(half=True)), lambda: _scaler_step(half=False)),
+          lambda: scaler_step("fp16").error or NO_ERROR, lambda: str(scaler_step("fp32"))),
     Entry("unscale-twice",
           "RuntimeError at the second micro-batch when clipping inside a gradient-accumulation loop",
           "unscale_() has already been called on this optimizer since the last update().",
@@ -269,4 +387,4 @@ ENTRIES = (
           _bf16_scaler, _bf16_scaler_fix),
 )
 
-__all__ = ["ENTRIES", "FFBlock"]
+__all__ = ["ENTRIES", "FFBlock", "FFRun", "FF_MODES", "PARAMS", "ScalerStep", "ff_run", "scaler_step"]

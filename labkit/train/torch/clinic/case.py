@@ -8,7 +8,6 @@ A quiet failure's message is labkit's summary of what the run did.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import textwrap
 import warnings
@@ -19,6 +18,7 @@ import torch
 from torch import nn
 
 from labkit._validate import shown
+from labkit.train.torch.threads import one_thread
 
 NO_ERROR = "(no error: the library did not raise)"
 """What `raised` returns when the call went through: a Case whose message says this did not reproduce."""
@@ -122,26 +122,13 @@ class Entry:
 
     def run(self) -> Case:
         """Trigger, then fix, then (for an entry that is not portable) the verdict on what they printed,
-        all on one thread (`one_thread`)."""
+        all on one thread (`labkit.train.torch.threads.one_thread`: the clinic's tensors are tiny)."""
         with one_thread():
             message = self.run_trigger()
             fixed = self.run_fix()
             verdict = None if self.verdict is None else self.verdict()
         return Case(self.name, self.trigger, message, self.fix, fixed, self.why, self.expect in message, versions(),
                     verdict)
-
-
-@contextlib.contextmanager
-def one_thread():
-    """PyTorch on one thread inside, its thread count restored after: the clinic's tensors are tiny, so
-    threads gain nothing, and on a busy machine each op's threads wait for cores (a case that takes 0.1 s
-    alone took 5 s on two threads of a loaded 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _texts(record, fields) -> None:

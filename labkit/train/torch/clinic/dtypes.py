@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from labkit._validate import choice, integer
 from labkit.train.torch.clinic.case import Entry, dtype_name, linear, raised
 
 BF16 = torch.bfloat16
@@ -153,18 +154,31 @@ LOSS_MICRO_BATCHES, LOSS_STEPS = 1024, 4
 """The loss run: SGD steps, each on the gradient of this many micro-batches summed in one buffer."""
 
 
-def _accumulation_run(buffer: torch.dtype, micro_batches: int = LOSS_MICRO_BATCHES, steps: int = LOSS_STEPS,
-                      width: int = 16, batch: int = 32, lr: float = 0.25, noise: float = 0.1,
-                      seed: int = 0) -> tuple[tuple[float, ...], float]:
-    """What accumulating in `buffer`'s dtype does to the loss. SGD (lr `lr`) on a linear regression (a
-    random teacher plus noise): each step computes the gradient of each of `micro_batches` micro-batches
-    of `batch` samples (the loss divided by their number, as accumulation does; autograd on per-micro-batch
-    copies of the weights, one backward), adds them into a zeroed buffer of `buffer`'s dtype one at a time,
-    in order -- the addition autograd makes into a ``.grad`` of that dtype -- and steps the fp32 weights
-    with the sum. Everything but the buffer is fp32, so two runs differ only in how the sum was rounded.
+BUFFERS = {"bf16": BF16, "fp16": torch.float16, "fp32": torch.float32}
+"""The dtypes `accumulation_run` sums in, by the course's names."""
+
+
+def accumulation_run(buffer: str = "bf16", micro_batches: int = LOSS_MICRO_BATCHES,
+                     steps: int = LOSS_STEPS) -> tuple[tuple[float, ...], float]:
+    """What accumulating in a `buffer` of that dtype (a key of `BUFFERS`) does to the loss. SGD (lr 0.25) on
+    a linear regression of width 16 (a random teacher plus noise 0.1, seed 0): each step computes the
+    gradient of each of `micro_batches` micro-batches of 32 samples (the loss divided by their number, as
+    accumulation does; autograd on per-micro-batch copies of the weights, one backward), adds them into a
+    zeroed buffer of `buffer`'s dtype one at a time, in order -- the addition autograd makes into a ``.grad``
+    of that dtype -- and steps the fp32 weights with the sum. Everything but the buffer is fp32, so two runs
+    differ only in how the sum was rounded.
 
     Returns the loss on 4096 held-out samples after 0, 1, ..., `steps` steps, and the size of the sum the
-    buffer held over the exact (float64) sum of the same gradients, averaged over the steps."""
+    buffer held over the exact (float64) sum of the same gradients, averaged over the steps.
+
+    >>> losses, kept = accumulation_run("fp32", micro_batches=4, steps=1)
+    >>> len(losses), round(kept, 4)
+    (2, 1.0)
+    """
+    buffer = BUFFERS[choice("buffer", buffer, tuple(BUFFERS))]
+    micro_batches = integer("micro_batches", micro_batches, minimum=1, maximum=1 << 14)
+    steps = integer("steps", steps, minimum=1, maximum=100)
+    width, batch, lr, noise, seed = 16, 32, 0.25, 0.1, 0
     gen = torch.Generator().manual_seed(seed)
     teacher = torch.randn(width, 1, generator=gen)
     x_test = torch.randn(4096, width, generator=gen)
@@ -188,8 +202,8 @@ def _accumulation_run(buffer: torch.dtype, micro_batches: int = LOSS_MICRO_BATCH
 
 @functools.cache
 def _accumulation_runs(pure_bf16: bool) -> tuple[tuple[float, ...], float]:
-    """`_accumulation_run` in a bf16 (`pure_bf16`) or an fp32 buffer, once per process (case and verdict)."""
-    return _accumulation_run(BF16 if pure_bf16 else torch.float32)
+    """`accumulation_run` in a bf16 (`pure_bf16`) or an fp32 buffer, once per process (case and verdict)."""
+    return accumulation_run("bf16" if pure_bf16 else "fp32")
 
 
 def _accumulation_text(pure_bf16: bool) -> str:
@@ -283,4 +297,4 @@ ENTRIES = (
           verdict=_accumulation_verdict),
 )
 
-__all__ = ["ENTRIES"]
+__all__ = ["BUFFERS", "ENTRIES", "accumulation_run"]

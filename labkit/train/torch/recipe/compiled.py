@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from labkit._validate import choice, integer, names
 from labkit.table import Table
-from labkit.train.torch.recipe._common import DTYPE, OpLog, batches, mlp
+from labkit.train.torch.recipe._common import DTYPE, LOW, OpLog, batches, mlp
+from labkit.train.torch.threads import one_thread
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,9 @@ class Compiled:
                      title="an MLP train step (forward + backward), CPU inductor")
 
     def checks(self, precision: str = "bf16"):
-        """What `compile_autocast` shows in `precision` that holds on every CPU, loaded or idle, with
-        AVX-512 or without (a `labkit.checks.Report`, one line per claim):
+        """What `compile_autocast` shows in `precision` (one of the 16-bit precisions it ran: fp32 makes no
+        casts, so it has no claims here) that holds on every CPU, loaded or idle, with AVX-512 or without (a
+        `labkit.checks.Report`, one line per claim):
 
         * eager autocast casts op by op: its train step makes ``aten._to_copy`` calls;
         * where inductor compiles, it fuses those casts into its generated C++ kernels, and the matmuls
@@ -72,7 +74,7 @@ class Compiled:
         """
         from labkit import checks
 
-        precision = choice("precision", precision, tuple(self.eager_casts))
+        precision = choice("precision", precision, tuple(p for p in self.eager_casts if p in LOW))  # fp32 casts nothing
         casts = checks.that(f"eager {precision} autocast casts op by op (aten._to_copy)",
                             self.eager_casts[precision] > 0, f"{self.eager_casts[precision]} per step")
         fused = "where inductor compiles, its C++ kernels take those casts in"
@@ -147,24 +149,22 @@ def compile_autocast(precisions=("fp32", "bf16"), *, width: int = 64, batch_size
 
     out = {k: {} for k in ("ms", "compile_s", "eager_casts", "kernels", "fused_cast_kernels", "converts",
                            "library_calls")}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # steps this small gain nothing from threads, and on busy cores they lose much
     try:
-        for p in precisions:
-            counter = OpLog()
-            with counter:
-                step(net, p)
-            out["eager_casts"][p] = counter.casts
-            try:
-                compiled, out["compile_s"][p], code = _compile(step, net, p)
-            except Exception as err:  # noqa: BLE001 - any compile failure is the answer, not a crash
-                text = str(err).strip().splitlines()
-                return Compiled(False, f"{type(err).__name__}: {text[0] if text else ''}"[:300], **out)
-            for key, value in _read(code).items():
-                out[key][p] = value
-            out["ms"][p, "eager"], out["ms"][p, "compiled"] = best_ms((net, compiled), p)
+        with one_thread():  # steps this small gain nothing from threads, and on busy cores they lose much
+            for p in precisions:
+                counter = OpLog()
+                with counter:
+                    step(net, p)
+                out["eager_casts"][p] = counter.casts
+                try:
+                    compiled, out["compile_s"][p], code = _compile(step, net, p)
+                except Exception as err:  # noqa: BLE001 - any compile failure is the answer, not a crash
+                    text = str(err).strip().splitlines()
+                    return Compiled(False, f"{type(err).__name__}: {text[0] if text else ''}"[:300], **out)
+                for key, value in _read(code).items():
+                    out[key][p] = value
+                out["ms"][p, "eager"], out["ms"][p, "compiled"] = best_ms((net, compiled), p)
     finally:
-        torch.set_num_threads(threads)
         torch.compiler.reset()
     return Compiled(True, "", **out)
 
