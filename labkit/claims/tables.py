@@ -77,9 +77,9 @@ def verdict_table(records, claims=CLAIMS) -> Table:
 
 def summary_table(records, claims=CLAIMS) -> Table:
     """One row per claim, one column per framework: each 16-bit precision compared, its measured
-    value and a mark -- ✓ holds, ✗ does not, n/a not measurable here (a framework that can measure
-    none of them gets one "n/a"). Comparisons at several batch sizes are summed up as a range; the
-    model is named when a framework ran several."""
+    value and a mark -- ✓ holds, ✗ does not, ? noise (a speed-up past the hardware's ceiling), n/a
+    not measurable here (a framework that can measure none of them gets one "n/a"). Comparisons at
+    several batch sizes are summed up as a range; the model is named when a framework ran several."""
     rows, frameworks = [], []
     for claim, recs in _by_claim(records, claims):
         groups: dict[tuple, list] = {}
@@ -104,7 +104,8 @@ def summary_table(records, claims=CLAIMS) -> Table:
 
 
 def _compact(claim: Claim, items: list[tuple[int, Verdict]]) -> str:
-    """'3.27x ✓', or for several batch sizes '1.31-3.29x ✓ from batch 64 (batch 16-1024)'."""
+    """'3.27x ✓', or for several batch sizes '1.31-3.29x ✓ from batch 64 (batch 16-1024)'; a speed-up
+    read as noise (past the hardware's ceiling) neither holds nor fails."""
     measured = [(b, v) for b, v in sorted(items, key=lambda bv: bv[0]) if v.value is not None]
     if not measured:
         return "n/a"
@@ -115,10 +116,13 @@ def _compact(claim: Claim, items: list[tuple[int, Verdict]]) -> str:
         text = f"{_value(claim, min(values))} to {_value(claim, max(values))}"
     else:
         text = f"{_value(claim, min(values)).rstrip('x')}-{_value(claim, max(values))}"
+    decided = [b for b, v in measured if v.holds is not None]  # a timing read as noise decides nothing
     holding = [b for b, v in measured if v.holds]
-    if len(holding) in (0, len(measured)):
+    if not decided:
+        mark = "? (noise: run again)"
+    elif len(holding) in (0, len(decided)):
         mark = "✓" if holding else "✗"
-    elif holding == [b for b, _ in measured][-len(holding):]:
+    elif holding == decided[-len(holding):]:
         mark = f"✓ from batch {holding[0]}"
     else:
         mark = f"✓ at batch {', '.join(map(str, holding))}"

@@ -9,7 +9,7 @@ training runs). Nothing in a verdict is typed by hand: on another machine the sa
 well find that a claim holds where it did not hold here.
 
 >>> base = dict(framework="torch", model="mlp", shape="aligned", batch_size=512, width=1024,
-...             status="ok", device="cpu (example)")
+...             status="ok", device="cuda:0 (NVIDIA A100-SXM4-40GB)")
 >>> records = [dict(base, precision="fp32", step_time_s=0.060), dict(base, precision="bf16", step_time_s=0.020)]
 >>> verdict("speed", records)
 Verdict(value=3.0, text='holds here: 3.00x fp32', holds=True)
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from labkit.claims.catalog import ACCURACY_SLACK, RATIO_CLAIMED, SPEEDUP_CLAIMED, Claim, get
-from labkit.claims.records import _device_kind, _pairs, _step_time, record_native
+from labkit.claims.records import _device_kind, _pairs, _step_time, record_ceiling, record_native
 from labkit.memory import Breakdown, measured, total_bytes
 
 
@@ -49,6 +49,9 @@ def _speed(base: dict, rec: dict) -> Verdict:
     if _step_time(base) is None or _step_time(rec) is None:
         return _not_measured("a run has no step time (step_time_s)")
     value = base["step_time_s"] / rec["step_time_s"]
+    noise = _noise(value, record_ceiling(rec))
+    if noise:  # a disturbed timing decides nothing, either way
+        return Verdict(value, f"undecided here: {value:.2f}x fp32 is {noise}", None)
     if round(value, 2) >= SPEEDUP_CLAIMED:  # judged as shown, to two decimals
         return Verdict(value, f"holds here: {value:.2f}x fp32", True)
     native = record_native(rec)

@@ -3,6 +3,7 @@
 import re
 
 from conftest import drag, screenshot
+from playwright.sync_api import expect
 
 
 def text(page, selector: str) -> str:
@@ -28,6 +29,13 @@ def enter(page, value: str) -> None:
     box.press("Enter")
 
 
+def see(page, selector: str):
+    """An assertion on the first match that waits for it to come true. The widget updates
+    one row at a time, each in its own message: a row read as soon as another row has
+    changed may still show the last value (CI once read bf16's 0.1 beside fp16's inf)."""
+    return expect(page.locator(selector).first)
+
+
 def test_explorer_reacts_to_typing_dragging_and_clicking(open_notebook):
     page = open_notebook("02_underflow_overflow.ipynb")
     page.wait_for_selector(".labkit-explorer .labkit-bit-fp16-15")
@@ -35,46 +43,52 @@ def test_explorer_reacts_to_typing_dragging_and_clicking(open_notebook):
 
     # Typing 256**2: fp16 overflows to inf; bf16 holds it exactly.
     enter(page, "256**2")
-    page.wait_for_function("() => document.querySelector('.labkit-value-fp16').innerText.includes('inf')")
-    assert page.locator(".labkit-flags-fp16 .labkit-flag-overflow").count() == 1
-    assert page.locator(".labkit-flags-bf16 .labkit-flag-overflow").count() == 0
-    assert text(page, ".labkit-hex-fp16") == "0x7c00"
-    assert "65536" in text(page, ".labkit-value-bf16")
+    see(page, ".labkit-hex-fp16").to_have_text("0x7c00")
+    see(page, ".labkit-value-fp16").to_contain_text("inf")
+    see(page, ".labkit-flags-fp16 .labkit-flag-overflow").to_be_visible()
+    see(page, ".labkit-hex-bf16").to_have_text("0x4780")
+    see(page, ".labkit-value-bf16").to_contain_text("65536")
+    see(page, ".labkit-flags-bf16 .labkit-flag-exact").to_be_visible()
+    expect(page.locator(".labkit-flags-bf16 .labkit-flag-overflow")).to_have_count(0)
 
     # Typing 1e-5**2 = 1e-10: underflow to zero in fp16, not in bf16.
     enter(page, "1e-10")
-    page.wait_for_selector(".labkit-flags-fp16 .labkit-flag-underflow")
-    assert page.locator(".labkit-flags-bf16 .labkit-flag-underflow").count() == 0
-    assert text(page, ".labkit-hex-fp16") == "0x0000"
+    see(page, ".labkit-hex-fp16").to_have_text("0x0000")
+    see(page, ".labkit-flags-fp16 .labkit-flag-underflow").to_be_visible()
+    see(page, ".labkit-hex-bf16").to_have_text("0x2edc")
+    see(page, ".labkit-flags-bf16 .labkit-flag-rounded").to_be_visible()
+    expect(page.locator(".labkit-flags-bf16 .labkit-flag-underflow")).to_have_count(0)
 
     # A subnormal: 1e-7 in fp16.
     enter(page, "1e-7")
-    page.wait_for_selector(".labkit-flags-fp16 .labkit-flag-subnormal")
+    see(page, ".labkit-hex-fp16").to_have_text("0x0002")
+    see(page, ".labkit-flags-fp16 .labkit-flag-subnormal").to_be_visible()
 
     # A hex pattern in the chosen format (fp16 by default): 0x3c00 is 1.0.
     enter(page, "0x3c00")
-    page.wait_for_function("() => document.querySelector('.labkit-hex-fp16').innerText.trim() === '0x3c00'")
-    assert text(page, ".labkit-value-fp16") == "1.0"
-    assert page.locator(".labkit-flags-fp32 .labkit-flag-exact").count() == 1
-    bits_before = [page.locator(f".labkit-bit-fp16-{i}").first.inner_text() for i in range(16)]
-    assert bits_before[10:15] == ["1", "1", "1", "1", "0"]  # exponent 01111, least significant first
+    see(page, ".labkit-hex-fp16").to_have_text("0x3c00")
+    see(page, ".labkit-value-fp16").to_have_text("1.0")
+    see(page, ".labkit-hex-fp32").to_have_text("0x3f800000")
+    see(page, ".labkit-flags-fp32 .labkit-flag-exact").to_be_visible()
+    for i, bit in zip(range(10, 15), "11110"):  # exponent 01111, least significant first
+        see(page, f".labkit-bit-fp16-{i}").to_have_text(bit)
 
     # Clicking the sign bit flips 1.0 to -1.0 in every format.
     page.locator(".labkit-bit-fp16-15").first.click()
-    page.wait_for_function("() => document.querySelector('.labkit-value-fp16').innerText.trim().startsWith('-1')")
-    assert text(page, ".labkit-hex-fp16") == "0xbc00"
-    assert text(page, ".labkit-value-bf16").startswith("-1")
+    see(page, ".labkit-hex-fp16").to_have_text("0xbc00")
+    see(page, ".labkit-value-fp16").to_have_text(re.compile(r"^-1"))
+    see(page, ".labkit-hex-bf16").to_have_text("0xbf80")
+    see(page, ".labkit-value-bf16").to_have_text(re.compile(r"^-1"))
 
     # Dragging the slider changes the value shown.
+    settle(page)
     before = text(page, ".labkit-value-fp32")
     drag(page, page.locator(".labkit-explorer-slider .noUi-handle").first, 140)
-    page.wait_for_function(
-        "(old) => document.querySelector('.labkit-value-fp32').innerText.trim() !== old", arg=before
-    )
-    assert re.search(r"\d", text(page, ".labkit-value-fp32"))
+    see(page, ".labkit-value-fp32").not_to_have_text(before)
+    see(page, ".labkit-value-fp32").to_have_text(re.compile(r"\d"))
 
     # Bad input: a message inside the widget, not a traceback.
     enter(page, "one point five")
-    page.wait_for_selector(".labkit-explorer-message .labkit-error")
-    assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+    see(page, ".labkit-explorer-message .labkit-error").to_be_visible()
+    expect(page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")).to_have_count(0)
     screenshot(page, "explorer_02")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from labkit._validate import choice, integer, number, shown
+from labkit.bench.timing import time_in_turns
 from labkit.train.torch.clinic.case import Entry, linear
 from labkit.train.torch.threads import one_thread
 
@@ -114,24 +115,20 @@ def autocast_speed(precision: str = "bf16", size: int = 128, repeats: int = 3) -
         model = nn.Sequential(linear(size, size, gen), nn.ReLU(), linear(size, size, gen))
         runs.append((model, torch.optim.SGD(model.parameters(), lr=1e-3), low))
 
-    def step(model, opt, low) -> float:
-        start = time.thread_time()
+    def step(model, opt, low) -> None:
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=dtype, enabled=low):
             loss = model(x).float().pow(2).mean()
         loss.backward()
         opt.step()
-        return time.thread_time() - start
 
     with one_thread():
         for run in runs:
             step(*run)  # warm-up: oneDNN builds its kernels for these shapes
-        times = [[], []]
-        for _ in range(repeats):
-            for run, mine in zip(runs, times):
-                mine.append(step(*run))
+        fp32_s, autocast_s = time_in_turns([lambda run=run: step(*run) for run in runs], repeats=repeats,
+                                           timer=time.thread_time)
     native = native_precision("torch", precision)
-    return AutocastSpeed(precision, size, min(times[0]), min(times[1]), bool(native.native), native.why)
+    return AutocastSpeed(precision, size, fp32_s, autocast_s, bool(native.native), native.why)
 
 
 def speed_verdict(small: AutocastSpeed, large: AutocastSpeed):

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from labkit._validate import choice, integer, names
+from labkit.bench.timing import time_in_turns
 from labkit.table import Table
 from labkit.train.torch.recipe._common import DTYPE, LOW, OpLog, batches, mlp
 from labkit.train.torch.threads import one_thread
@@ -139,13 +140,8 @@ def compile_autocast(precisions=("fp32", "bf16"), *, width: int = 64, batch_size
         for _ in range(warmup):
             for model in models:
                 step(model, precision)
-        times = [[] for _ in models]
-        for _ in range(steps):
-            for model, mine in zip(models, times):  # taking turns: a burst of load slows every model alike
-                t0 = time.perf_counter()
-                step(model, precision)
-                mine.append(time.perf_counter() - t0)
-        return [1e3 * min(mine) for mine in times]
+        # taking turns: a burst of load slows every model alike
+        return [1e3 * t for t in time_in_turns([lambda m=m: step(m, precision) for m in models], repeats=steps)]
 
     out = {k: {} for k in ("ms", "compile_s", "eager_casts", "kernels", "fused_cast_kernels", "converts",
                            "library_calls")}
