@@ -79,9 +79,8 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INT
 def environment(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the capped, one-thread run: `base` (default: this process's) with the
     knobs above set, and ``--xla_cpu_max_isa=AVX2`` added to any ``XLA_FLAGS`` already there."""
-    env = dict(os.environ if base is None else base)
+    env = environment_one_thread(base)
     env.update(CAPPED)
-    env.update(ONE_THREAD)
     flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_cpu_max_isa=")]
     env["XLA_FLAGS"] = " ".join([*flags, "--xla_cpu_max_isa=AVX2"])
     return env
@@ -99,10 +98,10 @@ def environment_one_thread(base: dict[str, str] | None = None) -> dict[str, str]
 def hidden_by_the_cap(flags=None) -> tuple[str, ...]:
     """The instruction-set flags of this CPU (or of `flags`) that the AVX2 cap hides from the
     libraries: AVX-512, AVX512-BF16/FP16, AMX. Empty on an AVX2 CPU, where the cap changes nothing."""
-    from labkit.hardware import CPUInfo, detect_cpu
+    from labkit.hardware import CPUInfo, detect_cpu, parse_isa_caps
 
     cpu = CPUInfo("this CPU", flags=detect_cpu().flags if flags is None else flags,
-                  isa_caps={"ONEDNN_MAX_CPU_ISA": "AVX2"})
+                  isa_caps=parse_isa_caps(environment({})))
     return tuple(f for f in cpu.flags if not cpu.usable(f))
 
 

@@ -255,7 +255,7 @@ GOOD = {
     "overflow": False, "loss": 1.0,
     # records and results
     "records": Make(_records), "rec": Make(lambda ctx: _records()[0]), "results": Make(lambda ctx: [_result()]),
-    "configs": Make(lambda ctx: [_config(steps=1)]), "step_time": "median", "emulated_at_most": 1.2,
+    "configs": Make(lambda ctx: [_config(steps=1)]),
     "mem": Make(lambda ctx: dict(_records()[0]["memory"])), "ms": {("torch", "float32"): 1.0,
                                                                   ("torch", "bfloat16"): 2.0},
     "text": "", "environ": Make(lambda ctx: {}), "caps": Make(lambda ctx: {}), "report": Make(lambda ctx: _report()),
@@ -296,6 +296,7 @@ OVERRIDES = {
     ("labkit.bench.Peak", "source"): "https://www.nvidia.com/",
     ("labkit.claims.get", "claim"): "speed",
     ("labkit.claims.verdict", "claim"): "speed",
+    ("labkit.claims.claim_checks", "claims"): ["speed"],
     ("labkit.hardware.FrameworkInfo", "name"): "torch",
     ("labkit.hardware.GPUInfo", "name"): "NVIDIA A100",
     ("labkit.hardware.capability_from_name", "name"): "NVIDIA A100-SXM4-40GB",
@@ -412,15 +413,16 @@ OVERRIDES = {
     ("labkit.formats.blocks.outlier_table", "format"): "mxfp8_e4m3",
     ("labkit.formats.blocks.get_format", "name"): "mxfp4",
     ("labkit.formats.blocks.tensor_scale_from_amax", "amax"): 2688.0,
-    # exercises: an id and an answer of its kind; register() gets a fresh exercise each time
+    # exercises: an id and an answer of its kind
     ("labkit.exercises.check", "exercise_id"): "bf16_of_257", ("labkit.exercises.check", "answer"): 258,
     ("labkit.exercises.show", "exercise_id"): "bf16_of_257", ("labkit.exercises.get", "exercise_id"): "bf16_of_257",
     ("labkit.exercises.Exercise.judge", "answer"): 258, ("labkit.exercises.Exercise.is_right", "answer"): 256.0,
     ("labkit.exercises.Exercise.is_right", "key"): 256.0, ("labkit.exercises.Hint.message", "answer"): 257.0,
     ("labkit.exercises.Hint.message", "key"): 256.0, ("labkit.exercises.mx_dequantize", "amax"): 500.0,
     ("labkit.exercises.mx_dequantize", "x"): 500.0, ("labkit.exercises.exercises", "notebook"): "01",
-    ("labkit.exercises.register", "exercise"): Make(lambda ctx: __import__("dataclasses").replace(
-        __import__("labkit.exercises", fromlist=["x"]).get("bf16_of_257"), id=f"fuzz_{time.monotonic_ns()}")),
+    # register is BAD_ONLY (it must not add to the registry): only bad values reach it, this one is never passed
+    ("labkit.exercises.register", "exercise"): Make(lambda ctx: __import__("labkit.exercises", fromlist=["x"]).get(
+        "bf16_of_257")),
 }
 
 

@@ -24,3 +24,12 @@ def calls(code: str, name: str) -> list[ast.Call]:
     """The calls of the bare function `name` in a cell (IPython magics would not parse: the course has none)."""
     return [node for node in ast.walk(ast.parse(code))
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name]
+
+
+def exercise_id(call: ast.Call) -> str:
+    """The exercise a ``check(...)``/``show(...)`` call names; it must be a string literal, so that the
+    tests can see which exercise a cell is about without running it."""
+    first = call.args[0] if call.args else None
+    assert isinstance(first, ast.Constant) and isinstance(first.value, str), \
+        f"{ast.unparse(call)}: name the exercise with a string literal"
+    return first.value

@@ -5,8 +5,7 @@ import json
 import pytest
 
 from labkit import bench, cli, memory
-from labkit.bench.matmul import _versus
-from labkit.bench.records import _duration
+from labkit.bench.records import _duration, _versus
 
 TINY = dict(batch_size=32, width=32, warmup=1, steps=2)
 FIELDS = {"framework", "precision", "model", "batch_size", "step_time_s", "samples_per_s", "speedup_vs_fp32",

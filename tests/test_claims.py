@@ -388,6 +388,78 @@ def test_speed_checks_flag_a_speed_up_past_the_hardware_and_a_gain_from_emulatio
         claims.speed_checks([], emulated_at_most=0)
 
 
+def test_lossless_holds_at_exactly_one_point_despite_float_rounding():
+    assert 0.978 - 0.968 > 0.01  # 0.010000000000000009
+    v = verdict("lossless", [rec("fp32", accuracy=0.978), rec("bf16", accuracy=0.968)])
+    assert v.holds is True and v.text == "holds here: 96.8% vs fp32's 97.8%, worse by 1.0 pt"
+
+
+# -- claim_checks: each comparison's verdict as a check line ----------------------------------
+def test_claim_checks_print_each_comparison_with_the_claims_threshold_and_the_verdicts_figures():
+    records = [rec("fp32", accuracy=0.978), rec("bf16", accuracy=0.978), rec("fp16", accuracy=0.968),
+               rec("bf16-pure", accuracy=0.95)]
+    report = claims.claim_checks(records, "lossless")
+    assert [c.holds for c in report] == [True, True, False] and not report.all_hold
+    assert str(report[0]) == ("✓ bf16 loses at most 1 point of fp32's test accuracy (the claim's threshold)  "
+                              "(here: 97.8% vs fp32's 97.8%, the same)")
+    assert str(report[2]) == ("✗ expected: bf16-pure loses at most 1 point of fp32's test accuracy (the claim's "
+                              "threshold); saw: 95.0% vs fp32's 97.8%, worse by 2.8 pt")
+    # the same rule as the verdicts and the tables: a line holds exactly where the verdict does
+    assert [c.holds for c in report] == [verdict("lossless", [records[0], r]).holds for r in records[1:]]
+
+
+def test_claim_check_lines_read_the_same_on_every_machine_where_the_claim_holds():
+    here = [rec("fp32", accuracy=0.978), rec("bf16", accuracy=0.972)]
+    there = [rec("fp32", accuracy=0.991, device="cpu (another)"), rec("bf16", accuracy=0.994, device="cpu (another)")]
+    a, b = claims.claim_checks(here, ["lossless"]), claims.claim_checks(there, ["lossless"])
+    assert a.all_hold and b.all_hold and [c.claim for c in a] == [c.claim for c in b]
+    assert a[0].seen != b[0].seen  # only the figures after "here:" differ
+
+
+def test_claim_checks_name_the_threshold_of_every_claim_and_tell_comparisons_apart():
+    records = [rec("fp32", 0.06, memory=FP32_MEM), rec("bf16", 0.02, memory=AUTOCAST_MEM),
+               rec("bf16-pure", 0.03, memory=PURE_MEM), rec("fp32", 0.06, batch_size=1024, memory=FP32_MEM),
+               rec("bf16", 0.05, batch_size=1024, memory=AUTOCAST_MEM)]
+    report = claims.claim_checks(records, ["speed", "memory", "activations", "gradients", "double-batch"])
+    lines = {c.claim: c.holds for c in report}
+    assert lines["bf16 (batch 512) runs at least 2x fp32's speed (the claim's threshold)"] is True
+    assert lines["bf16 (batch 1024) runs at least 2x fp32's speed (the claim's threshold)"] is False
+    assert lines["bf16-pure (batch 512) takes at most 0.55x fp32's memory for a whole step (the claim's threshold)"]
+    assert "bf16 (batch 512) keeps at most 0.55x fp32's bytes for the backward pass (the claim's threshold)" in lines
+    assert lines["bf16 (batch 512)'s gradients take at most 0.55x fp32's bytes (the claim's threshold)"] is False
+    assert "bf16 at batch 1024 takes at most fp32's memory at batch 512 (the claim's threshold)" in lines
+    two = claims.claim_checks([rec("fp32"), rec("bf16"), dict(rec("fp32"), framework="jax"),
+                               dict(rec("bf16"), framework="jax")], "speed")
+    assert [c.claim.split(" runs")[0] for c in two] == ["torch mlp bf16", "jax mlp bf16"]
+
+
+def test_a_verdict_that_decides_nothing_is_no_failure_and_says_why():
+    # a speed-up past what an A100 can give is noise; JAX's gradients cannot be measured
+    noise = claims.claim_checks([rec("fp32", 0.01), rec("bf16", 0.0002)], "speed")
+    assert noise.all_hold and noise[0].seen.startswith("undecided here: 50.00x fp32 is noise")
+    jax = [dict(rec("fp32"), framework="jax", memory={}), dict(rec("bf16"), framework="jax", memory={})]
+    unmeasured = claims.claim_checks(jax, "gradients")
+    assert unmeasured.all_hold and unmeasured[0].seen.startswith("not measurable here: JAX's gradients")
+
+
+def test_a_claim_with_nothing_to_compare_fails_and_says_what_is_missing():
+    report = claims.claim_checks([rec("fp32"), rec("bf16")], ["lossless"])  # no accuracy: not training runs
+    assert len(report) == 1 and not report.all_hold
+    assert str(report[0]) == ("✗ expected: lossless: a finished fp32 run and a bf16/fp16/bf16-pure run to compare; "
+                              "saw: not measured: needs training runs with a test accuracy (run_records(results))")
+
+
+@pytest.mark.parametrize("args, error, words", [
+    (([rec("fp32")], None), TypeError, "claims must be a claim key"),
+    (([rec("fp32")], ["fast"]), ValueError, "claims: unknown claim 'fast'"),
+    ((None, "lossless"), TypeError, "records must be a list of records"),
+    (({"fast": []}, "lossless"), ValueError, "unknown claims \\['fast'\\]"),
+])
+def test_claim_checks_name_bad_records_and_claims(args, error, words):
+    with pytest.raises(error, match=words):
+        claims.claim_checks(*args)
+
+
 # -- bad input is named, one key is a list of one (issue 12) ------------------------------------
 def test_one_claim_key_is_a_list_of_one():
     assert claims.claims_table("speed").column("claim") == ["speed"]

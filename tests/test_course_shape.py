@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from _notebooks import calls, cells, code_cells, source
+from _notebooks import calls, cells, code_cells, exercise_id, source
 
 from labkit.exercises import EXERCISES
 
@@ -18,9 +18,8 @@ LESSONS = sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if not p.name.s
 
 def _calls(path: Path, name: str) -> list[tuple]:
     """(exercise id, answer node) of each ``name("id", ...)`` call in the notebook's code cells, in order."""
-    return [(c.args[0].value, c.args[1] if len(c.args) > 1 else None)
-            for code, _ in code_cells(path) for c in calls(code, name)
-            if c.args and isinstance(c.args[0], ast.Constant)]
+    return [(exercise_id(c), c.args[1] if len(c.args) > 1 else None)
+            for code, _ in code_cells(path) for c in calls(code, name)]
 
 
 def test_every_lesson_is_found():

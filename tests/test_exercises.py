@@ -457,8 +457,7 @@ def test_the_dtype_kind_takes_the_names_a_learner_would_write():
         assert check("flax_grad_dtype", answer), answer
     assert check("fsdp2_gather_dtype", "half") and check("fsdp2_gather_dtype", np.dtype("float16"))
     assert not check("flax_grad_dtype", np.dtype(ml_dtypes.bfloat16))
-    for answer in (np.float32, ml_dtypes.bfloat16):  # dtype objects too, by their names, no framework imported
-        assert check("flax_grad_dtype", answer).answered
+    # dtype objects too, by their names, no framework imported
     assert check("flax_grad_dtype", np.float32) and not check("flax_grad_dtype", ml_dtypes.bfloat16)
     for exercise in EXERCISES.values():  # a dtype question does not list its answers: the footer does
         if exercise.kind == "dtype":

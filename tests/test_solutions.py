@@ -9,18 +9,11 @@ import ast
 from collections import Counter
 from pathlib import Path
 
-from _notebooks import calls, code_cells
+from _notebooks import calls, code_cells, exercise_id
 
 from labkit.exercises import EXERCISES
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "99_solutions.ipynb"
-
-
-def exercise_id(call: ast.Call) -> str:
-    first = call.args[0] if call.args else None
-    assert isinstance(first, ast.Constant) and isinstance(first.value, str), \
-        f"{ast.unparse(call)}: name the exercise with a string literal"
-    return first.value
 
 
 def checked() -> list[tuple[str, str]]:

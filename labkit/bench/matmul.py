@@ -108,10 +108,11 @@ def emulation_table(frameworks=MATMUL_FRAMEWORKS, dtypes=("bfloat16", "float16")
         raise ValueError(f"ms lacks {', '.join(f'{f} {d}' for f, d in missing)}: time float32 and each 16-bit dtype")
     short = {"bfloat16": "bf16", "float16": "fp16"}
     rows, noisy = [], False
+    report = hardware.detect(frameworks=())  # once: each call without a report would detect again
     for fw in frameworks:
         for d in dtypes:
-            native = hardware.native_precision(fw, short[d])
-            top = hardware.speedup_ceiling(fw, short[d])
+            native = hardware.native_precision(fw, short[d], report)
+            top = hardware.speedup_ceiling(fw, short[d], report)
             versus = _versus(ms[fw, "float32"], ms[fw, d])
             if top.exceeded_by(ms[fw, "float32"] / ms[fw, d]):
                 versus, noisy = f"{versus}: noise", True

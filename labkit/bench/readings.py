@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from labkit._validate import choice, number, shown
 from labkit.bench.peaks import train_flops
 from labkit.bench.plan import SHAPES
+from labkit.claims.records import _step_time, record_ceiling, speedups
 from labkit.table import Table
 from labkit.train.config import PRECISIONS
 
@@ -61,8 +62,7 @@ def _ok(records, what: str = "records") -> list[dict]:
         if missing:
             raise ValueError(f"{what}: a record lacks {', '.join(map(repr, missing))} (labkit.bench.bench "
                              "records have it)")
-    return [r for r in records if r["status"] == "ok" and isinstance(r.get("step_time_s"), (int, float))
-            and r["step_time_s"] > 0]
+    return [r for r in records if r["status"] == "ok" and _step_time(r) is not None]
 
 
 def _range(r: dict) -> tuple[float, float, float]:
@@ -90,14 +90,14 @@ def batch_trend(records, precision: str = "bf16", ceiling: float | None = None, 
     `labkit.hardware.speedup_ceiling` of the device the records were measured on,
     `labkit.claims.records.record_ceiling`) by its slack."""
     from labkit import hardware
-    from labkit.claims.records import record_ceiling, speedups
 
     choice("precision", precision, [p for p in PRECISIONS if p != "fp32"])
     if ceiling is not None:
         ceiling = number("ceiling", ceiling, minimum=0, inclusive=False)
     shape = choice("shape", shape, SHAPES)
-    runs = [r for r in _ok(records) if r.get("shape", "aligned") == shape]
-    pairs = sorted(((r["batch_size"], f, r) for r, f, _ in speedups(runs, precision)), key=lambda x: x[0])
+    # speedups pairs only records of one shape (it is part of what two runs must share)
+    pairs = sorted(((r["batch_size"], f, r) for r, f, _ in speedups(records, precision)
+                    if r.get("shape", "aligned") == shape), key=lambda x: x[0])
     if len({(f["framework"], f["model"]) for _, f, _ in pairs}) > 1:
         raise ValueError("records must hold one framework and one model; got "
                          f"{sorted({(f['framework'], f['model']) for _, f, _ in pairs})}")

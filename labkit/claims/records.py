@@ -155,8 +155,9 @@ def speedups(records, precision: str | None = None) -> list[tuple[dict, dict, fl
     """(record, its fp32 record, fp32's step time / its step time) for every finished record of
     `precision` -- None: every precision but fp32 and tf32 (the 16-bit ones) -- that has a finished
     fp32 record of the same framework, model, width, shape (none given: "aligned") and batch size,
-    both with a step time; in the records' order. The one pairing that `speed_table`,
-    `speed_checks` and `labkit.bench.batch_trend` read.
+    both with a step time; in the records' order. The pairing that `speed_table`, `speed_checks` and
+    `labkit.bench.batch_trend` read (the claims' verdicts pair by the same `_group` in `_pairs`, which
+    also pairs across batch sizes and without step times, for the memory and double-batch claims).
 
     >>> base = dict(framework="torch", model="mlp", batch_size=64, status="ok", device="cpu (example)")
     >>> pairs = speedups([dict(base, precision="fp32", step_time_s=0.2), dict(base, precision="bf16", step_time_s=0.1)])

@@ -1,8 +1,10 @@
-"""The verdicts as tables: step times read against the hardware, each comparison, and a summary per claim."""
+"""The verdicts as tables -- step times read against the hardware, each comparison, and a summary per
+claim -- and as check lines (`claim_checks`) for a notebook to print after a table nbval ignores."""
 
 from __future__ import annotations
 
-from labkit.claims.catalog import CLAIMS, Claim, _claims
+from labkit import checks
+from labkit.claims.catalog import ACCURACY_SLACK, CLAIMS, RATIO_CLAIMED, SPEEDUP_CLAIMED, Claim, _claims
 from labkit.claims.records import _pairs, _records, record_ceiling, record_native, speedups
 from labkit.claims.verdicts import Verdict, _accuracy_words, _noise, _reading, verdict
 from labkit.table import Table
@@ -130,4 +132,91 @@ def _compact(claim: Claim, items: list[tuple[int, Verdict]]) -> str:
     return f"{text} {mark}{batches}"
 
 
-__all__ = ["speed_table", "summary_table", "verdict_table"]
+def _threshold(claim: Claim, name: str, base: dict, rec: dict) -> str:
+    """What `claim` promises of one comparison, as a check's claim: the verdict's threshold, in words
+    that depend on the claim and the records' names only."""
+    if claim.metric == "speedup":
+        return f"{name} runs at least {SPEEDUP_CLAIMED:g}x fp32's speed (the claim's threshold)"
+    if claim.metric == "memory_ratio":
+        return f"{name} takes at most {RATIO_CLAIMED:g}x fp32's memory for a whole step (the claim's threshold)"
+    if claim.metric == "activation_ratio":
+        return f"{name} keeps at most {RATIO_CLAIMED:g}x fp32's bytes for the backward pass (the claim's threshold)"
+    if claim.metric == "gradient_ratio":
+        return f"{name}'s gradients take at most {RATIO_CLAIMED:g}x fp32's bytes (the claim's threshold)"
+    if claim.metric == "double_batch_ratio":
+        return (f"{name} at batch {rec['batch_size']} takes at most fp32's memory at batch {base['batch_size']} "
+                "(the claim's threshold)")
+    points = round(100 * ACCURACY_SLACK, 6)
+    unit = "point" if points == 1 else "points"
+    return f"{name} loses at most {points:g} {unit} of fp32's test accuracy (the claim's threshold)"
+
+
+def _names(claim: Claim, pairs: list[tuple[dict, dict]]) -> list[str]:
+    """Each comparison's 16-bit run, named by what tells it apart from the others: its precision, after
+    its framework and model where the pairs hold several, with its batch, width or shape where those vary."""
+    def varies(key):
+        return len({r.get(key) for _, r in pairs}) > 1
+
+    several = len({(r["framework"], r["model"]) for _, r in pairs}) > 1
+    named = ("width", "shape") if claim.metric == "double_batch_ratio" else ("batch_size", "width", "shape")
+    which = [k for k in named if varies(k)]  # a double-batch claim names both batches already
+    out = []
+    for _, r in pairs:
+        name = f"{r['framework']} {r['model']} {r['precision']}" if several else r["precision"]
+        extra = [f"{r['shape']} shape" if k == "shape" else f"{k.split('_')[0]} {r[k]}" for k in which]
+        out.append(name + (f" ({', '.join(extra)})" if extra else ""))
+    return out
+
+
+def _measured(text: str) -> str:
+    """A verdict's text after its "holds here: " or "does not hold here: " (the figures)."""
+    for head in ("holds here: ", "does not hold here: "):
+        if text.startswith(head):
+            return text[len(head):]
+    return text
+
+
+def claim_checks(records, claims) -> checks.Report:
+    """Each comparison of `claims` (a claim key or `Claim`, or a list of them) found in `records`
+    (a list of records, or {claim key: list}, as `verdict_table` takes them) as a `labkit.checks`
+    line: its verdict's threshold as the claim -- ``bf16 loses at most 1 point of fp32's test
+    accuracy (the claim's threshold)`` -- and the verdict's figures after ``here:``. Print it after
+    a `verdict_table` that nbval ignores, for claims the notebook says hold: the claim's words come
+    from the claim and the records' names, never from a measurement, so the ✓ line reads the same
+    on every machine where the claim holds, and a ✗ line says where it does not.
+
+    * A verdict that holds gives ✓; one that does not hold gives ✗ (the notebook said something
+      that is not true here).
+    * A verdict that decides nothing (``holds`` None: a value this framework cannot measure, or a
+      speed-up read as noise) is no failure: its line holds with nothing tested, and says why after
+      ``here:`` -- as `speed_checks` does on a device that emulates nothing.
+    * A claim with no comparison at all in `records` (no finished fp32 run and 16-bit run that
+      match -- a run failed, or the records are not the ones the claim reads, as bench records
+      without an accuracy for "lossless") gives one ✗ line: nothing was checked, and the notebook
+      must not print a ✓ for it.
+
+    >>> base = dict(framework="torch", model="mlp", shape="aligned", batch_size=64, width=256, status="ok",
+    ...             device="cpu (example)")
+    >>> records = [dict(base, precision="fp32", accuracy=0.978), dict(base, precision="bf16", accuracy=0.972)]
+    >>> print(claim_checks(records, "lossless")[0].claim)
+    bf16 loses at most 1 point of fp32's test accuracy (the claim's threshold)
+    >>> claim_checks(records, "lossless")[0].seen
+    "97.2% vs fp32's 97.8%, worse by 0.6 pt"
+    """
+    by_claim = _by_claim(records, claims)
+    if not by_claim:
+        raise ValueError(f"claims must name at least one claim (a key such as 'speed' or 'lossless'); got {claims!r}")
+    lines = []
+    for claim, recs in by_claim:
+        pairs = _pairs(claim, recs)
+        if not pairs:
+            lines.append(checks.that(f"{claim.key}: a finished fp32 run and a {'/'.join(claim.precisions)} run "
+                                     "to compare", False, seen=verdict(claim, []).text))
+        for (base, rec), name in zip(pairs, _names(claim, pairs)):
+            v = verdict(claim, [base, rec])
+            lines.append(checks.that(_threshold(claim, name, base, rec), v.holds is not False,
+                                     seen=v.text if v.holds is None else _measured(v.text)))
+    return checks.report(*lines)
+
+
+__all__ = ["claim_checks", "speed_table", "summary_table", "verdict_table"]

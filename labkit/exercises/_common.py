@@ -26,13 +26,8 @@ def is_pow2(a: float) -> bool:
     return a > 0 and math.isfinite(a) and math.frexp(a)[0] == 0.5
 
 
-def other_pow2(a: float, key: float) -> bool:
-    """`a` is a power of two other than the key (a scale, just not the right one)."""
-    return a != key and is_pow2(a)
-
-
 def log2(x: float) -> int:
     return int(math.log2(x))
 
 
-__all__ = ["default", "final_scale", "is_pow2", "log2", "other_pow2"]
+__all__ = ["default", "final_scale", "is_pow2", "log2"]

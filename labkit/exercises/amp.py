@@ -13,7 +13,7 @@ Clipping before unscale_ clips the *scaled* gradients...
 from __future__ import annotations
 
 from labkit import formats as lf
-from labkit.exercises._common import default, log2, other_pow2
+from labkit.exercises._common import default, is_pow2, log2
 from labkit.exercises.core import AMP_CALLS, Exercise, Hint, register
 
 AMP_ORDER = tuple(AMP_CALLS)
@@ -93,10 +93,10 @@ register(Exercise(
         Hint(lambda a, k: a == default("keras", "initial_scale"),
              "That is where Keras' LossScaleOptimizer and jmp's docstring start; torch.amp.GradScaler's init_scale "
              "is one power of two higher."),
-        Hint(lambda a, k: other_pow2(a, k),
+        Hint(lambda a, k: is_pow2(a),
              "Nothing was loaded, so the new scaler starts where every new GradScaler starts: its init_scale "
              "default (torch/amp/grad_scaler.py)."),
-        Hint(lambda a, k: not other_pow2(a, k), "GradScaler's scales are powers of two: scaling by them is exact."),
+        Hint(lambda a, k: not is_pow2(a), "GradScaler's scales are powers of two: scaling by them is exact."),
     ),
     why=f"a new GradScaler starts at init_scale, 2^{log2(default('torch', 'init_scale'))}, whatever the old run "
         f"had reached. From there back down to "

@@ -139,17 +139,20 @@ def _t5_hints() -> tuple[Hint, ...]:
         return (f"Tried on a real GradScaler, option {a} applies {o.steps_applied} of {T5_STEPS} steps, and the loss "
                 f"is finite at {o.finite_losses} of them. ")
 
+    def settings(a: int) -> dict:  # the option's settings: each hint is about what the option does, not its place
+        return T5_FIXES[a - 1][1] if valid(a) else {}
+
     return (
         Hint(lambda a, k: not valid(a), "Answer with the number of one of the options the question lists, from 1."),
-        Hint(lambda a, k: a == 1,
+        Hint(lambda a, k: settings(a).get("init_scale", 1.0) > 1,
              lambda a, k: tried(a) + "The scale multiplies the loss *after* the forward pass (and so the gradients): "
                                      "the activation is inf before any scale is applied, so no scale helps, and a "
                                      "larger one only adds gradient overflows."),
-        Hint(lambda a, k: a == 2,
+        Hint(lambda a, k: settings(a).get("init_scale") == 1.0,
              lambda a, k: tried(a) + "Even a scale of 1, no scaling at all, leaves the forward pass as it was: the "
                                      f"feed-forward output (about {T5_ACTIVATION:,.0f}) is past fp16's largest value, "
                                      f"{lf.get('fp16').max:g}, and is inf before the loss exists."),
-        Hint(lambda a, k: a == 3,
+        Hint(lambda a, k: "growth_interval" in settings(a),
              lambda a, k: tried(a) + "growth_interval sets how soon the scale grows back after good steps; here no "
                                      "step is good, so the scale just halves at each one. The overflow is in the "
                                      "forward pass, where the scale never reaches."),

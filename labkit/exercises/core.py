@@ -40,12 +40,12 @@ KINDS = {
 """Answer kinds: what `check` accepts for an exercise, as the TypeError says it."""
 
 PRECISION_ANSWERS = ("fp32", "fp16", "fp16 + loss scaling", "bf16", "fp8")
-_PRECISION_ALIASES = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "half": "fp16", "float8": "fp8"}
 DTYPE_ANSWERS = ("fp32", "bf16", "fp16")
 """The answers of a "dtype" exercise (a tensor's dtype), in the course's short names."""
 DTYPE_ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 """The libraries' names of the `DTYPE_ANSWERS` (numpy's, torch's, JAX's, Keras'), as a "dtype" answer takes
 them; an exercise's key turns a library's dtype name into the course's with it too."""
+_PRECISION_ALIASES = {**DTYPE_ALIASES, "float8": "fp8"}
 _DTYPE_PREFIX = re.compile(r"^(torch|jnp|np|numpy|tf|jax\.numpy|ml_dtypes)\.")
 _DTYPE_OBJECT = re.compile(r"^(?:<dtype: '([\w.]+)'>|<class '([\w.]+)'>|([\w.]+))$")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from labkit.exercises._common import default, final_scale, log2, other_pow2
+from labkit.exercises._common import default, final_scale, is_pow2, log2
 from labkit.exercises.core import DTYPE_ALIASES, Exercise, Hint, register
 
 
@@ -29,7 +29,7 @@ register(Exercise(
     "its dynamic_scale after them? (labkit.scaling.simulate('keras', ...) replays it.)",
     "number", lambda: final_scale("keras", *KERAS_OVERFLOWS),
     hints=(
-        Hint(lambda a, k: not other_pow2(a, k), "The scale is a power of two: it only halves and doubles."),
+        Hint(lambda a, k: not is_pow2(a), "The scale is a power of two: it only halves and doubles."),
         Hint(lambda a, k: a == default("keras", "initial_scale"),
              "Each overflowing batch halves the scale (and skips that batch's update): it does not stay at its "
              "start."),
@@ -109,17 +109,19 @@ register(Exercise(
 
 JMP_STEPS = (3, 2000)
 """The jmp exercise (06): that many steps with non-finite gradients, then that many finite ones."""
+JMP_LOSS_SCALE = 2.0**15
+"""The jmp exercise's starting scale (labkit's jmp preset's default too)."""
 
 
 register(Exercise(
     "jmp_scale_after_overflows", ("06",),
-    f"loss_scale = jmp.DynamicLossScale(jnp.float32(2**15), period=2000, factor=2). The first {JMP_STEPS[0]} steps' "
+    f"loss_scale = jmp.DynamicLossScale(jnp.float32(2**{log2(JMP_LOSS_SCALE)}), period=2000, factor=2). The first {JMP_STEPS[0]} steps' "
     f"gradients are not finite, the next {JMP_STEPS[1]} are; after each step, loss_scale = "
     "loss_scale.adjust(jmp.all_finite(grads)). What is loss_scale.loss_scale after the last of them? "
     "(labkit.scaling.simulate('jmp', ...) replays it.)",
-    "number", lambda: final_scale("jmp", *JMP_STEPS, loss_scale=2**15, period=2000, factor=2),
+    "number", lambda: final_scale("jmp", *JMP_STEPS, loss_scale=JMP_LOSS_SCALE, period=2000, factor=2),
     hints=(
-        Hint(lambda a, k: not other_pow2(a, k), "The scale is a power of two: adjust() only divides and multiplies "
+        Hint(lambda a, k: not is_pow2(a), "The scale is a power of two: adjust() only divides and multiplies "
                                                  "it by factor (2)."),
         Hint(lambda a, k: a == k / 2,
              f"{JMP_STEPS[1]} finite steps in a row are exactly one period: adjust() multiplies the scale by factor "
@@ -127,16 +129,16 @@ register(Exercise(
         Hint(lambda a, k: a == 2 * k,
              "One factor of 2 too high: count a division for each non-finite step, and a doubling for each full "
              "period of finite steps in a row."),
-        Hint(lambda a, k: a == 2.0**15 * 2,
-             "The growth starts from where the overflows left the scale, not from 2^15."),
-        Hint(lambda a, k: a == 2.0**15,
+        Hint(lambda a, k: a == JMP_LOSS_SCALE * 2,
+             f"The growth starts from where the overflows left the scale, not from 2^{log2(JMP_LOSS_SCALE)}."),
+        Hint(lambda a, k: a == JMP_LOSS_SCALE,
              "Each non-finite step divides the scale by factor (2) -- and the caller skips that update."),
-        Hint(lambda a, k: a > 2.0**15, "adjust() grows the scale once per period (2000) of finite steps, not once "
+        Hint(lambda a, k: a > JMP_LOSS_SCALE, "adjust() grows the scale once per period (2000) of finite steps, not once "
                                        "per step."),
         Hint(lambda a, k: a < k, "Count the divisions: one per non-finite step, and none for a finite one."),
     ),
-    why=f"2^15 halved {JMP_STEPS[0]} times, then doubled once when {JMP_STEPS[1]} finite steps complete a "
+    why=f"2^{log2(JMP_LOSS_SCALE)} halved {JMP_STEPS[0]} times, then doubled once when {JMP_STEPS[1]} finite steps complete a "
         "period. (min_loss_scale, 1 by default, is far below.)"))
 
 
-__all__ = ["JMP_STEPS", "KERAS_OVERFLOWS"]
+__all__ = ["JMP_LOSS_SCALE", "JMP_STEPS", "KERAS_OVERFLOWS"]

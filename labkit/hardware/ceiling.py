@@ -68,7 +68,8 @@ class Ceiling:
     @property
     def limit(self) -> float:
         """The largest speed-up a sound timing can show here: `CEILING_SLACK` times the ceiling
-        (``times``). Past it is noise (`exceeded_by`): every text that names the bound prints this.
+        (``times``). Past it is noise: `exceeded_by` is the one rule, and the texts of `speed_checks` and
+        `claims.verdict` print this bound (the emulation table's title names the slack, batch_trend the ceiling).
 
         >>> Ceiling(2.0, "AVX512-BF16").limit
         4.0

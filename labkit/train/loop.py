@@ -82,19 +82,7 @@ def train(config: RunConfig, make_stepper: Callable[[RunConfig, Dataset], Steppe
     """
     if not isinstance(config, RunConfig):
         raise TypeError(f"train() takes a RunConfig, got {type(config).__name__}")
-    live = _Live(config, make_stepper)
-    try:
-        live.start()
-        while (result := live.advance()) is None:
-            pass
-        return result
-    except KeyboardInterrupt:
-        return live.rec.end("interrupted")  # never raises: a log without its end line reads as interrupted
-    except Exception as exc:
-        result = live.rec.end("failed", error=_describe(exc))  # never raises, even when the disk is full
-        raise RunFailed(f"the run failed after {result.steps_done} steps: {exc}", result) from exc
-    finally:
-        live.close()
+    return _turns([config], make_stepper)[0]
 
 
 def _check_configs(configs) -> None:
@@ -132,6 +120,11 @@ def train_in_turns(configs, make_stepper: Callable[[RunConfig, Dataset], Stepper
     one's result; an interrupt ends every unfinished run "interrupted" and returns them all.
     """
     _check_configs(configs)
+    return _turns(configs, make_stepper)
+
+
+def _turns(configs: list[RunConfig], make_stepper) -> list[RunResult]:
+    """`train_in_turns`' loop, for checked configs; `train` is its one-run case."""
     lives: list[_Live] = []
     try:
         for c in configs:
@@ -153,16 +146,16 @@ def train_in_turns(configs, make_stepper: Callable[[RunConfig, Dataset], Stepper
                     results[current] = lives[current].advance()
             k += 1
         return results
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # never raises: a log without its end line reads as interrupted
         return [r if r is not None else live.rec.end("interrupted") for r, live in zip(results, lives)]
     except Exception as exc:
-        failed = lives[current].rec.end("failed", error=_describe(exc))
+        failed = lives[current].rec.end("failed", error=_describe(exc))  # never raises, even when the disk is full
         for j, live in enumerate(lives):
             if results[j] is None and j != current:
                 live.rec.end("interrupted")
         c = configs[current]
-        raise RunFailed(f"run {current} ({c.framework} {c.precision} {c.model}) failed after {failed.steps_done} "
-                        f"steps: {exc}", failed) from exc
+        which = "the run" if len(configs) == 1 else f"run {current} ({c.framework} {c.precision} {c.model})"
+        raise RunFailed(f"{which} failed after {failed.steps_done} steps: {exc}", failed) from exc
     finally:
         for live in lives:
             live.close()

@@ -292,5 +292,5 @@ def zero_memory_table(result: RunResult) -> Table:
     return Table(cols, tuple(rows))
 
 
-__all__ = ["STEP_TIMES", "gather_table", "gathered", "loss_gap", "plot_runs", "run_table", "step_time_table",
+__all__ = ["gather_table", "gathered", "loss_gap", "plot_runs", "run_table", "step_time_table",
            "zero_memory_table"]

@@ -67,7 +67,6 @@ def test_a_nan_hunt_prints_the_parts_every_machine_shares():
         NanHunt("jax", "f", "p", "E", "m", "h", None, "", "returns nan")
     with pytest.raises(ValueError, match="its version in version"):  # one field each: the name, the version
         NanHunt("jax 0.10.2", "f", "p", "E", "m", "h", "log", "", "returns nan")
-    assert hunt.version == "2.21.0"
     assert str(NanHunt("", "f", "p", "E", "m", "m", "", "", "x")).startswith("NaN hunt in ?")
 
 

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from labkit import checks  # noqa: E402
 from labkit.train.torch import clinic as C  # noqa: E402
 
 DEEPSPEED = importlib.util.find_spec("deepspeed") is not None
@@ -118,6 +119,16 @@ def test_a_case_runs_on_one_thread_and_restores_the_thread_count():
     assert torch.get_num_threads() == threads
     C.case("fp16-params").run()
     assert torch.get_num_threads() == threads
+    # an entry's trigger, fix and verdict run on one thread, whatever the count outside
+    seen = lambda: str(torch.get_num_threads())  # noqa: E731
+    torch.set_num_threads(2)
+    try:
+        case = C.Entry("threads", "s", "1", "t", "f", "w", seen, seen, portable=False,
+                       verdict=lambda: checks.that("one thread", True, seen())).run()
+        assert (case.message, case.fixed_output, case.verdict.seen) == ("1", "1", "1")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_runs_the_exercises_share_say_applied_when_the_weights_changed():
@@ -237,10 +248,27 @@ def test_speed_verdict_refuses_what_it_cannot_compare():
         speed_verdict(small, 0.7)
 
 
-def test_autocast_speed_times_cpu_time_on_one_thread_and_restores_the_thread_count():
+def test_autocast_speed_times_cpu_time_on_one_thread_and_restores_the_thread_count(monkeypatch):
+    import time
+
+    from labkit.train.torch.clinic import speed
+
+    timed = []
+
+    def time_in_turns(calls, **kw):
+        timed.append((torch.get_num_threads(), kw.get("timer")))
+        return speed_time_in_turns(calls, **kw)
+
+    speed_time_in_turns = speed.time_in_turns
+    monkeypatch.setattr(speed, "time_in_turns", time_in_turns)
     threads = torch.get_num_threads()
-    s = C.autocast_speed(size=16, repeats=2)
-    assert torch.get_num_threads() == threads and s.fp32_s > 0 and s.autocast_s > 0
+    torch.set_num_threads(2)
+    try:
+        s = C.autocast_speed(size=16, repeats=2)
+        assert timed == [(1, time.thread_time)] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert s.fp32_s > 0 and s.autocast_s > 0
 
 
 @pytest.mark.parametrize("kwargs, error", [({"precision": "fp8"}, ValueError), ({"size": 0}, ValueError),

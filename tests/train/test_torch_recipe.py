@@ -1,16 +1,19 @@
 """The full AMP recipe (labkit.train.torch.recipe), run on real torch on the CPU: accumulation, several
 optimizers, checkpoint/resume, custom autograd functions, torch.compile, SDPA and inference."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 import torch
 
+import labkit.train.torch.recipe.compiled as compiled_module
 from labkit import scaling
 from labkit.train.torch.recipe import (
-    WAYS, Compiled, accumulate, accumulation_table, checkpoint_resume_identical, compile_autocast,
-    custom_function_dtypes, inference_agreement, sdpa_dtypes, several_optimizers,
+    WAYS, AccumulationWays, Compiled, Inference, accumulate, accumulation_table, accumulation_ways,
+    checkpoint_resume_identical, compile_autocast, custom_function_dtypes, inference_agreement, resume_checks,
+    sdpa_dtypes, several_checks, several_optimizers,
 )
 
 RIGHT, UPDATE_EACH, UNSCALE_EACH = WAYS
@@ -49,6 +52,48 @@ def test_accumulation_table_has_one_row_per_way_and_shows_torchs_message():
     assert t.column("gradient error vs one big batch, per step")[2] == " | ".join(f"{e:.2%}" for e in silent.grad_errors)
 
 
+@pytest.fixture(scope="module")
+def ways():
+    return accumulation_ways(steps=2, micro_batches=4)
+
+
+def test_accumulation_ways_checks_hold_on_real_runs_and_show_the_same_table(ways):
+    assert list(ways.runs) == list(WAYS) and ways.micro_batches == 4
+    assert str(ways.table()) == str(accumulation_table(steps=2, micro_batches=4))  # the same runs, the same table
+    report = ways.checks()
+    assert report.all_hold and len(report) == 4, str(report)
+
+
+def _ways(ways, way, **change):
+    return AccumulationWays(ways.micro_batches, {**ways.runs, way: dataclasses.replace(ways.runs[way], **change)})
+
+
+def test_accumulation_ways_checks_fail_where_a_claim_breaks(ways):
+    right_off, mid_step, silent_close, no_change = (
+        _ways(ways, RIGHT, grad_errors=(0.0004, 0.02)).checks()[0],               # 2% off at one step
+        _ways(ways, RIGHT, scales=((2.0**16,) * 4, (2.0**16,) * 3 + (2.0**17,))).checks()[1],
+        _ways(ways, UNSCALE_EACH, grad_errors=(0.75, 0.1)).checks()[2],           # 10% off at one step
+        _ways(ways, UNSCALE_EACH, scales=((2.0**16,) * 4, (2.0**17,) * 4)).checks()[3],
+    )
+    assert not right_off and not mid_step and not silent_close and not no_change
+    assert right_off.seen == "2%" and silent_close.seen == "10%"
+    raised = _ways(ways, UNSCALE_EACH, error="RuntimeError: no").checks()[2]
+    assert not raised and raised.seen == "RuntimeError: no"                       # "raises nothing" is a claim too
+    assert not _ways(ways, RIGHT, error="AssertionError: no").checks()[0]        # nor may the recipe's loop raise
+    for errors in ((math.nan, 0.0004), (0.0004, math.nan)):                       # a skipped step fails, in any order
+        assert not _ways(ways, RIGHT, grad_errors=errors).checks()[0]
+        assert not _ways(ways, UNSCALE_EACH, grad_errors=tuple(0.75 if e < 0.01 else e for e in errors)).checks()[2]
+
+
+def test_accumulation_ways_refuse_runs_that_are_not_one_per_way(ways):
+    with pytest.raises(TypeError, match="one Accumulation per way"):
+        AccumulationWays(4, {RIGHT: ways.runs[RIGHT]})
+    with pytest.raises(TypeError, match="one Accumulation per way"):
+        AccumulationWays(4, {**ways.runs, RIGHT: ways.runs[UNSCALE_EACH]})
+    with pytest.raises(ValueError, match="micro_batches must be an integer"):
+        accumulation_ways(micro_batches=0)
+
+
 def test_accumulate_refuses_bad_values_naming_what_is_allowed():
     with pytest.raises(ValueError, match="unknown way"):
         accumulate(way="sometimes")
@@ -71,6 +116,42 @@ def test_updating_between_two_optimizers_steps_doubles_the_second_ones_gradient_
     r = several_optimizers(3, way="update after each step", overflow_at=(1,))
     assert abs(r.ratio1[1] - 2) < 0.02 and abs(r.ratio1[0] - 1) < 0.01
     assert r.table().column("opt1 gradient / true")[1].startswith("2.0")
+
+
+@pytest.fixture(scope="module")
+def several():
+    return tuple(several_optimizers(3, way=way, overflow_at=(1,)) for way in ("right", "update after each step"))
+
+
+def test_several_checks_hold_on_real_runs_and_read_the_runs_settings(several):
+    right, wrong = several
+    assert (right.overflow_at, right.init_scale, right.growth_interval) == ((1,), 2.0**12, 2000)
+    report = several_checks(right, wrong)
+    assert report.all_hold and len(report) == 4, str(report)
+    # another overflow step and scale: the expected skips and scales follow the run, not the notebook's
+    late = [several_optimizers(4, way=w, overflow_at=(2,), init_scale=2.0**10)
+            for w in ("right", "update after each step")]
+    assert several_checks(*late).all_hold, str(several_checks(*late))
+
+
+def test_several_checks_fail_where_a_claim_breaks(several):
+    right, wrong = several
+    for i, broken in enumerate([dataclasses.replace(right, stepped0=(True, True, True)),    # opt0 stepped on inf
+                                dataclasses.replace(right, scales=(4096.0, 2048.0, 2048.0)),  # halved too soon
+                                dataclasses.replace(right, ratio1=(1.0, 1.08, 1.0))]):        # 8% off
+        assert not several_checks(broken, wrong)[i]
+    assert not several_checks(right, dataclasses.replace(wrong, ratio1=(1.0, 1.0, 1.0)))[3]
+    assert not several_checks(dataclasses.replace(right, ratio1=(math.nan, 1.0, 1.0)), wrong)[2]  # opt1 skipped
+
+
+def test_several_checks_refuse_the_runs_swapped_or_without_an_overflow(several):
+    right, wrong = several
+    with pytest.raises(ValueError, match="right must be the run with way='right'"):
+        several_checks(wrong, right)
+    with pytest.raises(TypeError, match="must be a SeveralOptimizers"):
+        several_checks(right, [wrong])
+    with pytest.raises(ValueError, match="run with an overflow"):
+        several_checks(right, several_optimizers(2, way="update after each step", overflow_at=()))
 
 
 # -- 3. checkpoint and resume -------------------------------------------------------------------------
@@ -111,6 +192,36 @@ def test_checkpoint_resume_leaves_the_rng_and_determinism_setting_as_they_were()
     assert torch.equal(torch.get_rng_state(), rng) and torch.are_deterministic_algorithms_enabled() == det
 
 
+@pytest.fixture(scope="module")
+def resumes():
+    return (checkpoint_resume_identical(steps=6, at=3, init_scale=2.0**20),
+            checkpoint_resume_identical(steps=6, at=3, init_scale=2.0**20, forget="scaler"))
+
+
+def test_resume_checks_hold_on_real_runs_reading_the_runs_init_scale(resumes):
+    full, forgot = resumes
+    assert forgot.init_scale == 2.0**20
+    report = resume_checks(full, forgot)
+    assert report.all_hold and len(report) == 3, str(report)
+
+
+def test_resume_checks_fail_where_a_claim_breaks(resumes):
+    full, forgot = resumes
+    k = forgot.at
+    assert not resume_checks(dataclasses.replace(full, resumed_losses=full.resumed_losses[:-1] + (0.0,)), forgot)[0]
+    assert not resume_checks(full, dataclasses.replace(forgot, init_scale=2.0**16))[1]   # read from the record
+    same_after = forgot.resumed_losses[:k + 1] + forgot.straight_losses[k + 1:]
+    assert not resume_checks(full, dataclasses.replace(forgot, resumed_losses=same_after))[2]
+
+
+def test_resume_checks_refuse_the_runs_swapped(resumes):
+    full, forgot = resumes
+    with pytest.raises(ValueError, match="full must be a run whose checkpoint held the scaler"):
+        resume_checks(forgot, full)
+    with pytest.raises(TypeError, match="forgot must be a Resume"):
+        resume_checks(full, None)
+
+
 def test_checkpoint_resume_refuses_bad_values():
     with pytest.raises(ValueError, match="at must be an integer from 1 to 3"):
         checkpoint_resume_identical(steps=4, at=4)
@@ -139,10 +250,22 @@ def test_custom_fwd_and_bwd_fix_what_a_plain_function_breaks(precision, name, c1
 
 
 # -- 5. torch.compile ---------------------------------------------------------------------------------
-def test_compile_under_bf16_autocast_fuses_the_casts_into_its_kernels():
+def test_compile_under_bf16_autocast_fuses_the_casts_into_its_kernels(monkeypatch):
+    timed_on, time_in_turns = [], compiled_module.time_in_turns
+
+    def recording(*args, **kwargs):                               # the threads torch has while it times
+        timed_on.append(torch.get_num_threads())
+        return time_in_turns(*args, **kwargs)
+
+    monkeypatch.setattr(compiled_module, "time_in_turns", recording)
     threads = torch.get_num_threads()
-    r = compile_autocast(("bf16",), width=32, batch_size=32, steps=3, warmup=1)
-    assert torch.get_num_threads() == threads                     # timed on one thread, then restored
+    torch.set_num_threads(2)
+    try:
+        r = compile_autocast(("bf16",), width=32, batch_size=32, steps=3, warmup=1)
+        assert torch.get_num_threads() == 2                       # restored after
+    finally:
+        torch.set_num_threads(threads)
+    assert timed_on == ([1] if r.available else [])               # timed on one thread
     if not r.available:
         assert "Warning" not in r.reason.split(":")[0], r.reason  # a warning is ours to silence, not a reason
         pytest.skip(f"torch.compile (inductor) cannot compile here: {r.reason}")
@@ -213,3 +336,18 @@ def test_inference_mode_with_autocast_agrees_with_fp32_and_tracks_no_gradients()
         assert r.requires_grad[p] is False and r.inference_tensor[p] is True
     rows = {row[0]: dict(zip(r.table().columns, row)) for row in r.table().rows}
     assert rows["fp16"]["logits dtype"] == "float16" and rows["fp32"]["agreement with fp32"] == "100.00%"
+    report = r.checks()
+    assert report.all_hold and len(report) == 4, str(report)
+
+
+def test_inference_checks_fail_where_a_claim_breaks():
+    def record(agreement=0.99, dtype="bfloat16", requires_grad=False, inference_tensor=True):
+        return Inference(359, {"fp32": 1.0, "bf16": agreement}, {"fp32": 0.9, "bf16": 0.9}, {"fp32": 0.0, "bf16": 0.1},
+                         {"fp32": "float32", "bf16": dtype}, {"fp32": False, "bf16": requires_grad},
+                         {"fp32": True, "bf16": inference_tensor})
+
+    assert record().checks().all_hold and len(record().checks()) == 3
+    agree, dtype, recorded = (record(agreement=0.94).checks()[0], record(dtype="float32").checks()[1],
+                              record(requires_grad=True).checks()[2])
+    assert not agree and agree.seen == "94%" and not dtype and not recorded
+    assert not record(inference_tensor=False).checks()[2]

@@ -75,6 +75,7 @@ def test_without_a_scaler_fp16_stalls_while_gradscaler_and_bf16_track_fp32(resul
     loss = {n: r.final_loss for n, r in result.runs.items()}
     assert loss["fp32"] < 0.9 * math.log(10)  # fp32 learned something
     assert loss["fp16"] / loss["fp32"] > 1.1
+    assert abs(loss["fp16"] - math.log(10)) < 0.05  # it learns only the class frequencies: ln 10 on ten near-even classes
     assert loss["fp16-scaler"] / loss["fp32"] < 1.1 and loss["bf16"] / loss["fp32"] < 1.1
     assert underflow_checks(result).all_hold, str(underflow_checks(result))
 
@@ -85,7 +86,18 @@ def test_the_checks_fail_where_a_claim_does_not_hold(result):
     lines = str(underflow_checks(dataclasses.replace(result, runs=r))).splitlines()
     assert lines[2].startswith("✗ expected: with GradScaler, at most 1% of them are flushed; saw: ")
     assert lines[5].startswith("✗ expected: with GradScaler, fp16 ends at most 1.1x fp32's loss; saw: ")
-    assert sum(line.startswith("✓") for line in lines) == 5
+    assert sum(line.startswith("✓") for line in lines) == 6
+
+
+def test_the_ln10_check_fails_where_fp16_without_a_scaler_learns():
+    mk = lambda name, loss: UnderflowRun(name, np.array([2.3, loss]), np.zeros(2), np.full(2, 0.45),  # noqa: E731
+                                         np.ones(2), "float32")
+    runs = {name: mk(name, 1.8) for name in RUNS}
+    runs["fp16"] = mk("fp16", 2.1)  # still 1.17x fp32's loss, but it has learned more than the class frequencies
+    lines = str(underflow_checks(UnderflowRuns(runs, 2, 16, 64, 512, 1e-3, 0))).splitlines()
+    assert lines[4].startswith("✓ fp16 without a scaler ends at least 1.1x above fp32's loss")
+    assert lines[7] == ("✗ expected: fp16 without a scaler ends within 0.05 of ln 10 = 2.303, the loss of knowing "
+                        "only how frequent each class is; saw: 2.100")
 
 
 def test_the_table_and_the_plot_show_the_four_runs(result):

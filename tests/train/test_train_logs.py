@@ -36,4 +36,10 @@ def test_a_quiet_logger_drops_info_and_keeps_errors(caplog):
 def test_bad_arguments_are_refused_before_any_block_runs(loggers, level, error):
     with pytest.raises(error, match="level" if loggers == "x" else "loggers"):
         logger_level(loggers, level)
-    assert "ERROR" in LEVELS and logger_level("x", "error")  # a level's name in any case
+
+
+def test_a_level_is_named_in_any_case():
+    assert "ERROR" in LEVELS
+    logger = logging.getLogger("labkit.test.any_case")
+    with logger_level("labkit.test.any_case", "error"):
+        assert logger.level == logging.ERROR

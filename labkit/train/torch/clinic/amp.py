@@ -20,12 +20,13 @@ from torch import nn
 
 from labkit._validate import choice, integer, number, shown
 from labkit.train.torch.clinic.case import NO_ERROR, Entry, dtype_name, linear, raised, warned
+from labkit.train.torch.collectives import DTYPES
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 
 
 # -- an activation past fp16's max: no loss scale helps -------------------------------------------
-class FFBlock(nn.Module):
+class _FFBlock(nn.Module):
     """T5's feed-forward sublayer in miniature: ``layer_norm(x + ff(x))`` then a head. ff's weights
     (~300) times inputs (~16) summed over 16 features give outputs near 76800 > 65504."""
 
@@ -95,7 +96,7 @@ class FFRun:
 
 
 def ff_run(mode: str = "fp16", steps: int = 4, *, init_scale: float = 2.0**16, growth_interval: int = 2000) -> FFRun:
-    """`steps` SGD steps (lr 1e-3) of `FFBlock` on one batch, under CPU autocast in `mode` (one of `FF_MODES`),
+    """`steps` SGD steps (lr 1e-3) of `_FFBlock` on one batch, under CPU autocast in `mode` (one of `FF_MODES`),
     with a ``torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)`` for the fp16
     modes (GradScaler's defaults otherwise; none in bf16). The clinic's fp16-forward-overflow case prints
     three of these runs, and notebook 11's T5 exercise tries its fixes with it.
@@ -108,7 +109,7 @@ def ff_run(mode: str = "fp16", steps: int = 4, *, init_scale: float = 2.0**16, g
     steps = integer("steps", steps, minimum=1, maximum=100)
     init_scale = number("init_scale", init_scale, minimum=0, inclusive=False)
     growth_interval = integer("growth_interval", growth_interval, minimum=1)
-    model = FFBlock(ff_in_fp32=mode == "fp16, ff in fp32")
+    model = _FFBlock(ff_in_fp32=mode == "fp16, ff in fp32")
     dtype = torch.bfloat16 if mode == "bf16" else torch.float16
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval,
@@ -144,7 +145,7 @@ def _forward_overflow_fix() -> str:
 
 
 # -- fp16 parameters under GradScaler ---------------------------------------------------------
-PARAMS = ("fp32", "fp16", "bf16")
+PARAMS = ("fp32", "fp16", "bf16")  # keys of DTYPES
 """The parameter dtypes `scaler_step` tries: fp32 (under fp16 autocast, the fix), fp16 (``model.half()``),
 bf16 (``model.to(torch.bfloat16)``)."""
 
@@ -199,15 +200,13 @@ def scaler_step(params: str = "fp32", *, scaler: bool = True, unscale_first: boo
     gen = torch.Generator().manual_seed(0)
     model = linear(4, 4, gen)
     x = torch.randn(8, 4, generator=gen)
-    low = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(params)
-    if low is not None:
-        model, x = model.to(low), x.to(low)
+    model, x = model.to(DTYPES[params]), x.to(DTYPES[params])
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     gs = torch.amp.GradScaler("cpu", init_scale=2.0**10, enabled=scaler)
     before = [p.detach().clone() for p in model.parameters()]
 
     def step():
-        with torch.autocast("cpu", dtype=torch.float16, enabled=low is None):
+        with torch.autocast("cpu", dtype=torch.float16, enabled=params == "fp32"):
             loss = model(x).float().pow(2).mean()
         gs.scale(loss).backward()
         if unscale_first:
@@ -387,4 +386,4 @@ ENTRIES = (
           _bf16_scaler, _bf16_scaler_fix),
 )
 
-__all__ = ["ENTRIES", "FFBlock", "FFRun", "FF_MODES", "PARAMS", "ScalerStep", "ff_run", "scaler_step"]
+__all__ = ["ENTRIES", "FFRun", "FF_MODES", "PARAMS", "ScalerStep", "ff_run", "scaler_step"]

@@ -1,6 +1,6 @@
 """The clinic's debugging entries: training that stops (DeepSpeed at its minimum loss scale) and a NaN
 found by autograd's anomaly mode. The last entry, mixed precision slower than fp32, lives in
-`labkit.train.torch.clinic.speed`; its `AutocastSpeed` and `autocast_speed` are importable here too."""
+`labkit.train.torch.clinic.speed`."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import torch
 
 from labkit.train.logs import logger_level
 from labkit.train.torch.clinic.case import Entry, linear, raised, warned
-from labkit.train.torch.clinic.speed import AutocastSpeed, autocast_speed
 
 
 # -- DeepSpeed: "Current loss scale already at minimum" ---------------------------------------------
@@ -172,4 +171,4 @@ ENTRIES = (
           _nan_hunt, _nan_hunt_fix),
 )
 
-__all__ = ["ENTRIES", "AutocastSpeed", "autocast_speed"]
+__all__ = ["ENTRIES"]

@@ -15,6 +15,7 @@ from torch import nn
 
 from labkit._validate import choice, integer
 from labkit.train.torch.clinic.case import Entry, dtype_name, linear, raised
+from labkit.train.torch.collectives import DTYPES
 
 BF16 = torch.bfloat16
 
@@ -154,7 +155,7 @@ LOSS_MICRO_BATCHES, LOSS_STEPS = 1024, 4
 """The loss run: SGD steps, each on the gradient of this many micro-batches summed in one buffer."""
 
 
-BUFFERS = {"bf16": BF16, "fp16": torch.float16, "fp32": torch.float32}
+BUFFERS = {name: DTYPES[name] for name in ("bf16", "fp16", "fp32")}
 """The dtypes `accumulation_run` sums in, by the course's names."""
 
 

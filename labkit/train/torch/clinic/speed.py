@@ -18,6 +18,7 @@ from torch import nn
 from labkit._validate import choice, integer, number, shown
 from labkit.bench.timing import time_in_turns
 from labkit.train.torch.clinic.case import Entry, linear
+from labkit.train.torch.collectives import DTYPES
 from labkit.train.torch.threads import one_thread
 
 EMULATED_AT_LEAST = 0.9
@@ -107,7 +108,7 @@ def autocast_speed(precision: str = "bf16", size: int = 128, repeats: int = 3) -
     precision = choice("precision", precision, ("bf16", "fp16"))
     size = integer("size", size, minimum=8, maximum=4096)
     repeats = integer("repeats", repeats, minimum=1, maximum=100)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    dtype = DTYPES[precision]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(size, size, generator=gen)
     runs = []

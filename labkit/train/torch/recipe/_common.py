@@ -11,13 +11,10 @@ import numpy as np
 import torch
 
 from labkit._validate import integer
+from labkit.train.torch.clinic.case import dtype_name  # noqa: F401 -- the recipe's modules import it from here
 
 DTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 LOW = tuple(DTYPE)
-
-
-def dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 @functools.lru_cache(maxsize=1)

@@ -120,23 +120,96 @@ def accumulate(steps: int = 3, micro_batches: int = 4, *, way: str = RIGHT, batc
     return Accumulation(way, tuple(losses), tuple(scales), tuple(stepped), tuple(errors), error)
 
 
+def _every(errors, pick) -> float:
+    """`pick` (max or min) of per-step figures, nan where a step has none (skipped): a claim about every
+    step then fails instead of passing over that step."""
+    return pick(errors) if errors and not any(math.isnan(e) for e in errors) else math.nan
+
+
+@dataclass(frozen=True)
+class AccumulationWays:
+    """`accumulation_ways`' runs: one `Accumulation` per way of `WAYS` (`runs`, keyed by way), each with
+    `micro_batches` micro-batches per optimizer step. ``.table()`` shows them side by side, ``.checks()``
+    tests what they teach."""
+
+    micro_batches: int
+    runs: dict
+
+    def __post_init__(self):
+        integer("micro_batches", self.micro_batches, minimum=1, maximum=64)
+        if not isinstance(self.runs, dict) or sorted(self.runs) != sorted(WAYS) or not all(
+                isinstance(r, Accumulation) and r.way == way for way, r in self.runs.items()):
+            raise TypeError(f"runs must be a dict of one Accumulation per way, keyed by its way ({', '.join(WAYS)}); "
+                            f"got {self.runs!r:.80}")
+
+    def table(self) -> Table:
+        """The scales per micro-batch and the gradient error against one big batch per optimizer step
+        (``|`` between optimizer steps, in both), and what torch said, one row per way."""
+        rows = []
+        for way in WAYS:
+            r = self.runs[way]
+            scales = " | ".join(" ".join(f"2^{math.log2(s):g}" for s in step) for step in r.scales)
+            errors = " | ".join(f"{e:.2%}" for e in r.grad_errors if not math.isnan(e)) or "-"
+            rows.append((way, scales, errors, r.error or "-"))
+        return Table(("way", "scale at each micro-batch", "gradient error vs one big batch, per step", "torch says"),
+                     tuple(rows),
+                     title=f"{self.micro_batches} micro-batches per optimizer step, fp16 autocast + GradScaler('cpu')")
+
+    def checks(self):
+        """What the runs teach, on any machine (a `labkit.checks.Report`, one line per claim):
+
+        * the recipe's loop applies the whole batch's gradient, within 1% at every optimizer step;
+        * its scale stays the same through each optimizer step;
+        * ``unscale_`` + ``update`` every micro-batch raises nothing, and its gradient is at least 20%
+          off at every optimizer step (only the last micro-batch survives);
+        * and its scale changes in the middle of an optimizer step.
+
+        A step that applied no gradient (skipped, or refused by torch) fails the claims about every step.
+
+        >>> print(accumulation_ways(steps=2, micro_batches=3).checks())   # doctest: +ELLIPSIS
+        ✓ the recipe's loop applies the whole batch's gradient, within 1% at every step  (here: ...%)
+        ✓ its scale stays the same through each optimizer step
+        ✓ unscale_ + update every micro-batch raises nothing, and its gradient is at least 20% off ...
+        ✓ and its scale changes in the middle of an optimizer step
+        """
+        from labkit import checks
+
+        right, silent = self.runs[RIGHT], self.runs[UNSCALE_EACH]
+        return checks.report(
+            checks.at_most("the recipe's loop applies the whole batch's gradient, within 1% at every step",
+                           math.nan if right.error else 100 * _every(right.grad_errors, max), 1, unit="%",
+                           seen=right.error or None),
+            checks.that("its scale stays the same through each optimizer step",
+                        all(len(set(s)) == 1 for s in right.scales)),
+            checks.at_least("unscale_ + update every micro-batch raises nothing, and its gradient is at least 20% off "
+                            "at every step", math.nan if silent.error else 100 * _every(silent.grad_errors, min), 20,
+                            unit="%", seen=silent.error or None),
+            checks.that("and its scale changes in the middle of an optimizer step",
+                        any(len(set(s)) > 1 for s in silent.scales)),
+        )
+
+
+def accumulation_ways(steps: int = 3, micro_batches: int = 4, **options) -> AccumulationWays:
+    """`accumulate` run each of the `WAYS` with the same `steps`, `micro_batches` and `options`, kept
+    together (an `AccumulationWays`): ``.table()`` shows them, ``.checks()`` tests them, from the same runs.
+
+    >>> list(accumulation_ways(2, 2).runs) == list(WAYS)
+    True
+    """
+    return AccumulationWays(integer("micro_batches", micro_batches, minimum=1, maximum=64),
+                            {way: accumulate(steps, micro_batches, way=way, **options) for way in WAYS})
+
+
 def accumulation_table(steps: int = 3, micro_batches: int = 4, **options) -> Table:
     """`accumulate` run each of the `WAYS`, side by side: the scales per micro-batch and the gradient
     error against one big batch per optimizer step (``|`` between optimizer steps, in both), and
-    what torch said.
+    what torch said (``accumulation_ways(...).table()``; keep the `AccumulationWays` to check them too).
 
     >>> accumulation_table(2, 2).column("way") == list(WAYS)
     True
     """
-    rows = []
-    for way in WAYS:
-        r = accumulate(steps, micro_batches, way=way, **options)
-        scales = " | ".join(" ".join(f"2^{math.log2(s):g}" for s in step) for step in r.scales)
-        errors = " | ".join(f"{e:.2%}" for e in r.grad_errors if not math.isnan(e)) or "-"
-        rows.append((way, scales, errors, r.error or "-"))
-    return Table(("way", "scale at each micro-batch", "gradient error vs one big batch, per step", "torch says"),
-                 tuple(rows),
-                 title=f"{micro_batches} micro-batches per optimizer step, fp16 autocast + GradScaler('cpu')")
+    return accumulation_ways(steps, micro_batches, **options).table()
 
 
-__all__ = ["Accumulation", "RIGHT", "UNSCALE_EACH", "UPDATE_EACH", "WAYS", "accumulate", "accumulation_table"]
+__all__ = ["Accumulation", "AccumulationWays", "RIGHT", "UNSCALE_EACH", "UPDATE_EACH", "WAYS", "accumulate",
+           "accumulation_table", "accumulation_ways"]

@@ -24,7 +24,8 @@ FORGETTABLE = ("optimizer", "scaler", "data position")
 @dataclass(frozen=True)
 class Resume:
     """`checkpoint_resume_identical`'s two runs: the loss and the loss scale of every step, straight
-    through and checkpointed at `at` then resumed; `saved` are the checkpoint's keys."""
+    through and checkpointed at `at` then resumed; `saved` are the checkpoint's keys, `init_scale` the
+    scale every new ``GradScaler`` of the run starts at."""
 
     at: int
     saved: tuple[str, ...]
@@ -33,6 +34,7 @@ class Resume:
     straight_scales: tuple[float, ...]
     resumed_scales: tuple[float, ...]
     checkpoint_bytes: int
+    init_scale: float
 
     @property
     def identical(self) -> bool:
@@ -156,7 +158,44 @@ def checkpoint_resume_identical(steps: int = 8, at: int = 4, precision: str = "f
         resumed.train(steps, r_losses, r_scales)
         saved = tuple(torch.load(path))
     torch.set_rng_state(rng)
-    return Resume(at, saved, tuple(s_losses), tuple(r_losses), tuple(s_scales), tuple(r_scales), size)
+    return Resume(at, saved, tuple(s_losses), tuple(r_losses), tuple(s_scales), tuple(r_scales), size, init_scale)
 
 
-__all__ = ["FORGETTABLE", "Resume", "checkpoint_resume_identical"]
+def resume_checks(full: Resume, forgot: Resume):
+    """What `checkpoint_resume_identical` teaches, read from a run whose checkpoint held the scaler's
+    state (`full`) and one whose checkpoint left it out (`forgot`, an fp16 run whose `init_scale`
+    overflows; a `labkit.checks.Report`, one line per claim):
+
+    * with the scaler's state saved, the resumed run is the straight run bit for bit;
+    * without it, the resumed scaler starts again at the run's `init_scale`, where the straight run's
+      scale had backed off;
+    * that scale overflows again, a step is skipped, and from there the losses differ.
+
+    >>> full = checkpoint_resume_identical(steps=6, at=3, init_scale=2.0**20)
+    >>> forgot = checkpoint_resume_identical(steps=6, at=3, init_scale=2.0**20, forget="scaler")
+    >>> print(resume_checks(full, forgot))
+    ✓ with the scaler's state saved, the resumed run is bit-identical: every loss and scale
+    ✓ without it, the resumed scaler starts again at init_scale
+    ✓ the scale overflows again, a step is skipped, and from there the losses differ
+    """
+    from labkit import checks
+
+    for name, run, holds in (("full", full, True), ("forgot", forgot, False)):
+        if not isinstance(run, Resume):
+            raise TypeError(f"{name} must be a Resume (from checkpoint_resume_identical); got {type(run).__name__}")
+        if ("scaler" in run.saved) != holds:
+            raise ValueError(f"{name} must be a run whose checkpoint {'held' if holds else 'left out'} the scaler "
+                             f"(forget={'()' if holds else repr('scaler')}); "
+                             f"its checkpoint held {', '.join(run.saved)}")
+    k = forgot.at
+    return checks.report(
+        checks.that("with the scaler's state saved, the resumed run is bit-identical: every loss and scale",
+                    full.identical),
+        checks.that("without it, the resumed scaler starts again at init_scale",
+                    forgot.resumed_scales[k] == forgot.init_scale != forgot.straight_scales[k]),
+        checks.that("the scale overflows again, a step is skipped, and from there the losses differ",
+                    forgot.first_difference == k and forgot.resumed_losses[k + 1:] != forgot.straight_losses[k + 1:]),
+    )
+
+
+__all__ = ["FORGETTABLE", "Resume", "checkpoint_resume_identical", "resume_checks"]

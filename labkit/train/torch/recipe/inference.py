@@ -36,6 +36,32 @@ class Inference:
                       "requires_grad", "inference tensor"), rows,
                      title=f"{self.test_digits} test digits, inference_mode + autocast('cpu'), no GradScaler")
 
+    def checks(self):
+        """What `inference_agreement` shows, on any machine (a `labkit.checks.Report`, one line per claim):
+
+        * each 16-bit precision predicts fp32's class for at least 95% of the test digits;
+        * the logits come out in the autocast dtype (fp32's in float32);
+        * ``inference_mode`` records nothing: no logits require grad, all are inference tensors.
+
+        >>> r = Inference(3, {"fp32": 1.0, "bf16": 0.9}, {"fp32": 0.9, "bf16": 0.9}, {"fp32": 0.0, "bf16": 0.1},
+        ...               {"fp32": "float32", "bf16": "bfloat16"}, {"fp32": False, "bf16": False},
+        ...               {"fp32": True, "bf16": True})
+        >>> print(r.checks())
+        ✗ expected: bf16 inference predicts fp32's class for at least 95% of the test digits; saw: 90%
+        ✓ the logits come out in the autocast dtype  (here: ['float32', 'bfloat16'])
+        ✓ inference_mode records nothing: no logits require grad, all are inference tensors
+        """
+        from labkit import checks
+
+        return checks.report(
+            *(checks.at_least(f"{p} inference predicts fp32's class for at least 95% of the test digits",
+                              100 * self.agreement[p], 95, unit="%") for p in self.agreement if p != "fp32"),
+            checks.equal("the logits come out in the autocast dtype", list(self.logits_dtype.values()),
+                         [dtype_name(DTYPE.get(p, torch.float32)) for p in self.logits_dtype]),
+            checks.that("inference_mode records nothing: no logits require grad, all are inference tensors",
+                        not any(self.requires_grad.values()) and all(self.inference_tensor.values())),
+        )
+
 
 def inference_agreement(precisions=("bf16", "fp16"), *, train_steps: int = 60, width: int = 32, lr: float = 1e-2,
                         seed: int = 0) -> Inference:

@@ -22,13 +22,18 @@ SEVERAL_WAYS = ("right", "update after each step")
 @dataclass(frozen=True)
 class SeveralOptimizers:
     """One `several_optimizers` run, per iteration: the scale used, whether each optimizer stepped,
-    and model 1's applied gradient over its true gradient (1.0 when right; nan when skipped)."""
+    and model 1's applied gradient over its true gradient (1.0 when right; nan when skipped); and the
+    run's settings the checks read: the steps whose model-0 gradient was made inf (`overflow_at`), the
+    scaler's `init_scale` and `growth_interval`."""
 
     way: str
     scales: tuple[float, ...]
     stepped0: tuple[bool, ...]
     stepped1: tuple[bool, ...]
     ratio1: tuple[float, ...]
+    overflow_at: tuple[int, ...]
+    init_scale: float
+    growth_interval: int
 
     def table(self) -> Table:
         return Table(("step", "scale", "opt0 stepped", "opt1 stepped", "opt1 gradient / true"),
@@ -110,7 +115,55 @@ def several_optimizers(steps: int = 4, *, way: str = "right", overflow_at=(1,), 
             st0.append(0 in applied)
             st1.append(1 in applied)
             ratio.append(float(applied[1].norm() / true.norm()) if 1 in applied else math.nan)
-    return SeveralOptimizers(way, tuple(scales), tuple(st0), tuple(st1), tuple(ratio))
+    return SeveralOptimizers(way, tuple(scales), tuple(st0), tuple(st1), tuple(ratio), tuple(sorted(when)),
+                             init_scale, growth_interval)
 
 
-__all__ = ["SEVERAL_WAYS", "SeveralOptimizers", "several_optimizers"]
+def _run(name: str, value, way: str) -> SeveralOptimizers:
+    if not isinstance(value, SeveralOptimizers):
+        raise TypeError(f"{name} must be a SeveralOptimizers (from several_optimizers); got {type(value).__name__}")
+    if value.way != way:
+        raise ValueError(f"{name} must be the run with way={way!r}; got way={value.way!r}")
+    return value
+
+
+def several_checks(right: SeveralOptimizers, wrong: SeveralOptimizers):
+    """What `several_optimizers` teaches, read from a ``"right"`` run and an ``"update after each step"``
+    run, each with an overflow injected (a `labkit.checks.Report`, one line per claim; the same on every
+    machine where it holds):
+
+    * only the optimizer that saw the overflow (opt0) skips its step, at the overflow steps;
+    * one ``update()`` per iteration changes the scale as torch's scaler does, step for step
+      (`labkit.scaling.simulate` with the run's `init_scale` and `growth_interval`): halved once, after
+      the overflow;
+    * the right loop applies opt1's true gradient, within 5%, at every step;
+    * ``update()`` between the two steps makes opt1 apply twice its gradient (within 5%) at the first
+      overflow step.
+
+    >>> runs = [several_optimizers(3, way=w, overflow_at=(1,)) for w in SEVERAL_WAYS]
+    >>> several_checks(*runs).all_hold
+    True
+    """
+    from labkit import checks, scaling
+
+    right, wrong = _run("right", right, "right"), _run("wrong", wrong, "update after each step")
+    if not wrong.overflow_at:
+        raise ValueError("wrong must be a run with an overflow (overflow_at=(1,), say): without one, "
+                         "update() between the steps changes nothing that the checks can see")
+    n = len(right.scales)
+    torch_scales = scaling.simulate("torch", overflows=[i in right.overflow_at for i in range(n)],
+                                    init_scale=right.init_scale, growth_interval=right.growth_interval).scales
+    ratio_off = [abs(x - 1) for x in right.ratio1]
+    return checks.report(
+        checks.equal("only the optimizer that saw the overflow skips its step", [right.stepped0, right.stepped1],
+                     [tuple(i not in right.overflow_at for i in range(n)), (True,) * n]),
+        checks.equal("one update() per iteration halves the scale once, after the overflow", right.scales,
+                     torch_scales),
+        checks.at_most("the right loop applies opt1's true gradient, within 5%",
+                       100 * (math.nan if any(map(math.isnan, ratio_off)) else max(ratio_off)), 5, unit="%"),
+        checks.close("update() between the two steps makes opt1 apply twice its gradient after the overflow",
+                     wrong.ratio1[wrong.overflow_at[0]], 2.0, rel=0.05),
+    )
+
+
+__all__ = ["SEVERAL_WAYS", "SeveralOptimizers", "several_checks", "several_optimizers"]
